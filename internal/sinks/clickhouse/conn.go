@@ -1,0 +1,370 @@
+// Package clickhouse is edgepipe's ClickHouse sink: a connection over the
+// native protocol that knows the server's version (conn.go), one table per
+// metrics dataset written idempotently by the exporter (metrics*.go), and the
+// receiver's access_logs table (accesslogs*.go).
+//
+// Every table is a ReplacingMergeTree, so writing a row again is harmless:
+// `SELECT … FINAL` shows one row per key with the newest values. Writers
+// therefore retry freely, and INSERTs always name their columns explicitly so
+// that a table with columns added later still accepts older writers.
+//
+// # Using the connection (for every writer in this package)
+//
+//	db, err := clickhouse.Open(ctx, dsn, clickhouse.WithLogger(log))
+//	defer db.Close()
+//	v := db.Version()                          // e.g. v.HasLowCardinality()
+//	err = db.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+db.Table("t")+" (…) ENGINE = …")
+//	err = db.Insert(ctx, "t", []string{"a", "b"}, [][]any{{1, "x"}, {2, "y"}})
+//	err = db.InsertColumns(ctx, "t", []string{"a", "b"}, []any{[]uint64{1, 2}, []string{"x", "y"}})
+//
+// Open parses a DSN of the form `clickhouse://user:password@host:9000/db?dial_timeout=5s`
+// (clickhouse-go's ParseDSN: secure, skip_verify, compress, … work; the
+// password may also come from WithPassword, so it need not sit in a flag),
+// creates the database if it is missing and reads `SELECT version()`.
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// Version is a ClickHouse server version such as 18.16.1 or 24.8.4.13.
+// The zero Version sorts before every real one.
+type Version struct {
+	Major, Minor, Patch, Build int
+}
+
+// ParseVersion parses the output of `SELECT version()` ("18.16.1",
+// "24.8.4.13", "23.3.1.2823-lts"); missing parts are zero.
+func ParseVersion(s string) (Version, error) {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexAny(s, "-+ "); i >= 0 {
+		s = s[:i]
+	}
+	parts := strings.Split(s, ".")
+	if s == "" || len(parts) > 4 {
+		return Version{}, fmt.Errorf("parse ClickHouse version %q: want MAJOR.MINOR[.PATCH[.BUILD]]", s)
+	}
+	var n [4]int
+	for i, p := range parts {
+		v, err := strconv.Atoi(p)
+		if err != nil || v < 0 {
+			return Version{}, fmt.Errorf("parse ClickHouse version %q: bad part %q", s, p)
+		}
+		n[i] = v
+	}
+	if len(parts) < 2 {
+		return Version{}, fmt.Errorf("parse ClickHouse version %q: want MAJOR.MINOR[.PATCH[.BUILD]]", s)
+	}
+	return Version{Major: n[0], Minor: n[1], Patch: n[2], Build: n[3]}, nil
+}
+
+// MustParseVersion is ParseVersion for constants in tests and tables; it
+// panics on a malformed version.
+func MustParseVersion(s string) Version {
+	v, err := ParseVersion(s)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// String returns the version as MAJOR.MINOR.PATCH[.BUILD].
+func (v Version) String() string {
+	s := fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch)
+	if v.Build != 0 {
+		s += "." + strconv.Itoa(v.Build)
+	}
+	return s
+}
+
+// Compare returns -1, 0 or +1 as v is older than, equal to or newer than o.
+func (v Version) Compare(o Version) int {
+	a := [4]int{v.Major, v.Minor, v.Patch, v.Build}
+	b := [4]int{o.Major, o.Minor, o.Patch, o.Build}
+	for i := range a {
+		switch {
+		case a[i] < b[i]:
+			return -1
+		case a[i] > b[i]:
+			return 1
+		}
+	}
+	return 0
+}
+
+// AtLeast reports whether v is major.minor or newer.
+func (v Version) AtLeast(major, minor int) bool {
+	return v.Compare(Version{Major: major, Minor: minor}) >= 0
+}
+
+// HasLowCardinality reports whether LowCardinality(String) can be used without
+// experimental settings (19.1 and later; 18.16 has it only behind
+// allow_experimental_low_cardinality_type, which edgepipe does not turn on).
+func (v Version) HasLowCardinality() bool { return v.AtLeast(19, 1) }
+
+// HasTTL reports whether tables accept a TTL clause (19.6 and later).
+func (v Version) HasTTL() bool { return v.AtLeast(19, 6) }
+
+// HasCodecs reports whether columns accept CODEC(Delta, ZSTD) and friends.
+// Per-column codecs arrived in 19.x; edgepipe uses them from 20.1 on, where
+// Delta, DoubleDelta, Gorilla and ZSTD are all settled.
+func (v Version) HasCodecs() bool { return v.AtLeast(20, 1) }
+
+// HasDateTime64 reports whether the DateTime64 type exists (20.1 and later).
+func (v Version) HasDateTime64() bool { return v.AtLeast(20, 1) }
+
+// Option configures Open.
+type Option func(*openConfig)
+
+type openConfig struct {
+	log         *slog.Logger
+	password    string
+	hasPassword bool
+	dialTimeout time.Duration
+}
+
+// WithLogger sets the logger for connection events (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *openConfig) { c.log = l } }
+
+// WithPassword sets the password, overriding any in the DSN, so that the
+// secret can come from the environment or a file instead of a flag.
+func WithPassword(p string) Option {
+	return func(c *openConfig) { c.password, c.hasPassword = p, true }
+}
+
+// WithDialTimeout bounds how long connecting may take (default 5s, unless
+// the DSN sets dial_timeout).
+func WithDialTimeout(d time.Duration) Option { return func(c *openConfig) { c.dialTimeout = d } }
+
+// DB is an open connection pool to one database of one ClickHouse server.
+// It is safe for concurrent use.
+type DB struct {
+	conn     driver.Conn
+	database string
+	version  Version
+	addr     string
+	log      *slog.Logger
+}
+
+// Open connects to the ClickHouse server named by dsn over the native
+// protocol, creates the DSN's database if it does not exist (default
+// "default") and detects the server version. It fails when the server cannot
+// be reached; callers that must survive an outage retry Open.
+func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
+	cfg := openConfig{log: slog.Default(), dialTimeout: 5 * time.Second}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	chOpts, err := ch.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse ClickHouse DSN %s: %w", RedactDSN(dsn), err)
+	}
+	if chOpts.Protocol != ch.Native {
+		return nil, fmt.Errorf("ClickHouse DSN %s: edgepipe speaks the native protocol (clickhouse://host:9000/db), not %s", RedactDSN(dsn), chOpts.Protocol)
+	}
+	if cfg.hasPassword {
+		chOpts.Auth.Password = cfg.password
+	}
+	if !strings.Contains(dsn, "dial_timeout") {
+		chOpts.DialTimeout = cfg.dialTimeout
+	}
+	database := chOpts.Auth.Database
+	if database == "" {
+		database = "default"
+	}
+	addr := strings.Join(chOpts.Addr, ",")
+
+	// The native handshake fails for a database that does not exist, so
+	// create it over a connection without one first.
+	if database != "default" {
+		boot := *chOpts
+		boot.Auth.Database = ""
+		bootConn, err := ch.Open(&boot)
+		if err != nil {
+			return nil, fmt.Errorf("connect to ClickHouse at %s: %w", addr, err)
+		}
+		err = bootConn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(database))
+		_ = bootConn.Close()
+		if err != nil {
+			return nil, fmt.Errorf("create ClickHouse database %s at %s: %w", database, addr, err)
+		}
+	}
+	chOpts.Auth.Database = database
+	conn, err := ch.Open(chOpts)
+	if err != nil {
+		return nil, fmt.Errorf("connect to ClickHouse at %s: %w", addr, err)
+	}
+	var vs string
+	if err := conn.QueryRow(ctx, "SELECT version()").Scan(&vs); err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("read ClickHouse server version at %s: %w", addr, err)
+	}
+	v, err := ParseVersion(vs)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	cfg.log.Debug("connected to ClickHouse", "addr", addr, "database", database, "version", v.String())
+	return &DB{conn: conn, database: database, version: v, addr: addr, log: cfg.log}, nil
+}
+
+// Conn returns the underlying clickhouse-go connection for queries the
+// helpers here do not cover.
+func (db *DB) Conn() driver.Conn { return db.conn }
+
+// Database returns the name of the database the DSN selected.
+func (db *DB) Database() string { return db.database }
+
+// Version returns the server version found at Open.
+func (db *DB) Version() Version { return db.version }
+
+// Addr returns the server address(es), for logs (never carries credentials).
+func (db *DB) Addr() string { return db.addr }
+
+// Table returns the quoted, database-qualified name of table: `db`.`table`.
+func (db *DB) Table(table string) string { return QuoteIdent(db.database) + "." + QuoteIdent(table) }
+
+// Ping checks that the server answers.
+func (db *DB) Ping(ctx context.Context) error {
+	if err := db.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("ping ClickHouse at %s: %w", db.addr, err)
+	}
+	return nil
+}
+
+// Exec runs one statement (DDL or a parameterless command).
+func (db *DB) Exec(ctx context.Context, query string, args ...any) error {
+	if err := db.conn.Exec(ctx, query, args...); err != nil {
+		return fmt.Errorf("ClickHouse %s: %w", firstWords(query), err)
+	}
+	return nil
+}
+
+// Insert writes rows into table (unqualified; the DSN's database) in one
+// INSERT with an explicit column list. Each row holds one value per column,
+// in the order of columns, of a Go type the column accepts (string, uint64,
+// float64, time.Time, …).
+func (db *DB) Insert(ctx context.Context, table string, columns []string, rows [][]any) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	batch, err := db.prepare(ctx, table, columns)
+	if err != nil {
+		return err
+	}
+	defer batch.Close()
+	for i, r := range rows {
+		if err := batch.Append(r...); err != nil {
+			return fmt.Errorf("ClickHouse insert into %s: row %d: %w", table, i, err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("ClickHouse insert into %s (%d rows): %w", table, len(rows), err)
+	}
+	return nil
+}
+
+// InsertColumns writes one INSERT with column-oriented data: cols[i] is a
+// slice ([]string, []uint64, []float64, []time.Time, …) with column i's value
+// for every row; all slices have the same length. It is the fast path for
+// large batches.
+func (db *DB) InsertColumns(ctx context.Context, table string, columns []string, cols []any) error {
+	if len(cols) != len(columns) {
+		return fmt.Errorf("ClickHouse insert into %s: %d columns named, %d given", table, len(columns), len(cols))
+	}
+	batch, err := db.prepare(ctx, table, columns)
+	if err != nil {
+		return err
+	}
+	defer batch.Close()
+	for i, c := range cols {
+		if err := batch.Column(i).Append(c); err != nil {
+			return fmt.Errorf("ClickHouse insert into %s: column %s: %w", table, columns[i], err)
+		}
+	}
+	if err := batch.Send(); err != nil {
+		return fmt.Errorf("ClickHouse insert into %s: %w", table, err)
+	}
+	return nil
+}
+
+func (db *DB) prepare(ctx context.Context, table string, columns []string) (driver.Batch, error) {
+	quoted := make([]string, len(columns))
+	for i, c := range columns {
+		quoted[i] = QuoteIdent(c)
+	}
+	q := "INSERT INTO " + db.Table(table) + " (" + strings.Join(quoted, ", ") + ")"
+	batch, err := db.conn.PrepareBatch(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("ClickHouse prepare insert into %s: %w", table, err)
+	}
+	return batch, nil
+}
+
+// Close closes the connection pool.
+func (db *DB) Close() error {
+	if err := db.conn.Close(); err != nil {
+		return fmt.Errorf("close ClickHouse connection to %s: %w", db.addr, err)
+	}
+	return nil
+}
+
+// QuoteIdent quotes a database, table or column name with backquotes
+// (accepted by every ClickHouse version), escaping backquotes and
+// backslashes inside it.
+func QuoteIdent(name string) string {
+	r := strings.NewReplacer("\\", "\\\\", "`", "\\`")
+	return "`" + r.Replace(name) + "`"
+}
+
+// QuoteString quotes a string literal for ClickHouse SQL.
+func QuoteString(s string) string {
+	r := strings.NewReplacer("\\", "\\\\", "'", "\\'")
+	return "'" + r.Replace(s) + "'"
+}
+
+// RedactDSN returns dsn with any password replaced by "xxxxx", for logs and
+// error messages.
+func RedactDSN(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable DSN)"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// ErrorCode returns the ClickHouse server exception code in err (such as 60
+// for UNKNOWN_TABLE), or 0 when err is not a server exception.
+func ErrorCode(err error) int32 {
+	var ex *ch.Exception
+	if errors.As(err, &ex) {
+		return ex.Code
+	}
+	return 0
+}
+
+func firstWords(q string) string {
+	f := strings.Fields(q)
+	if len(f) > 3 {
+		f = f[:3]
+	}
+	return strings.Join(f, " ")
+}
