@@ -1,0 +1,247 @@
+package metricsapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DataField describes one column of a data response.
+type DataField struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description,omitempty"`
+	DataType    DataType `json:"data_type"`
+}
+
+// dataResponse is the body of a data answer (spec 2.8). Rows stay raw until
+// decodeRows reads them by field name.
+type dataResponse struct {
+	DataFields []DataField         `json:"data_fields"`
+	DataRows   [][]json.RawMessage `json:"data_rows"`
+}
+
+// decodeRows turns the rows of one answer to r into Rows. Fields are found by
+// name in any order; fields not asked for are ignored; a metric the answer
+// lacks reads as NaN. Values may be JSON numbers or numeric strings.
+func decodeRows(r *Request, resp *dataResponse) ([]Row, error) {
+	fail := func(format string, a ...any) error {
+		return fmt.Errorf("dataset %s: %s", r.Dataset, fmt.Sprintf(format, a...))
+	}
+	index := make(map[string]int, len(resp.DataFields))
+	for i, f := range resp.DataFields {
+		if _, dup := index[f.Name]; dup {
+			return nil, fail("data field %q appears twice", f.Name)
+		}
+		index[f.Name] = i
+	}
+	timeIdx, ok := index[DimensionTime]
+	if !ok {
+		return nil, fail("answer has no %s field", DimensionTime)
+	}
+	envIdx, ok := index[DimensionEnvironment]
+	if !ok {
+		if len(r.Environments) != 1 {
+			return nil, fail("answer has no %s field", DimensionEnvironment)
+		}
+		envIdx = -1
+	}
+	labelIdx := make([]int, len(r.Labels))
+	labelNumeric := make([]bool, len(r.Labels))
+	for i, l := range r.Labels {
+		j, ok := index[l]
+		if !ok {
+			return nil, fail("answer has no field for dimension %q", l)
+		}
+		labelIdx[i] = j
+		labelNumeric[i] = resp.DataFields[j].DataType == TypeNumber
+	}
+	metricIdx := make([]int, len(r.Metrics))
+	for i, m := range r.Metrics {
+		j, ok := index[m]
+		if !ok {
+			j = -1
+		}
+		metricIdx[i] = j
+	}
+
+	rows := make([]Row, 0, len(resp.DataRows))
+	// One backing array for all label and value slices of this answer.
+	labels := make([]string, len(resp.DataRows)*len(r.Labels))
+	values := make([]float64, len(resp.DataRows)*len(r.Metrics))
+	for n, raw := range resp.DataRows {
+		if len(raw) != len(resp.DataFields) {
+			return nil, fail("row %d has %d values for %d data fields", n, len(raw), len(resp.DataFields))
+		}
+		t, err := parseTime(raw[timeIdx])
+		if err != nil {
+			return nil, fail("row %d: %s: %v", n, DimensionTime, err)
+		}
+		env := r.Environments[0]
+		if envIdx >= 0 {
+			env, err = parseString(raw[envIdx])
+			if err != nil || env == "" {
+				return nil, fail("row %d: %s: %s is not an environment ID", n, DimensionEnvironment, abbrev(raw[envIdx]))
+			}
+		}
+		row := Row{
+			Time:        t,
+			Environment: env,
+			Labels:      labels[:len(r.Labels):len(r.Labels)],
+			Values:      values[:len(r.Metrics):len(r.Metrics)],
+		}
+		labels, values = labels[len(r.Labels):], values[len(r.Metrics):]
+		for i, j := range labelIdx {
+			v, err := parseLabel(raw[j], labelNumeric[i])
+			if err != nil {
+				return nil, fail("row %d: %s: %v", n, r.Labels[i], err)
+			}
+			row.Labels[i] = v
+		}
+		for i, j := range metricIdx {
+			if j < 0 {
+				row.Values[i] = math.NaN()
+				continue
+			}
+			v, err := parseValue(raw[j])
+			if err != nil {
+				return nil, fail("row %d: %s: %v", n, r.Metrics[i], err)
+			}
+			row.Values[i] = v
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+var null = []byte("null")
+
+// parseValue reads a metric value: a JSON number, a numeric string, or null
+// (NaN). An empty string also reads as NaN.
+func parseValue(raw json.RawMessage) (float64, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, null) {
+		return math.NaN(), nil
+	}
+	s := string(raw)
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, fmt.Errorf("value %s: %w", abbrev(raw), err)
+		}
+		s = strings.TrimSpace(s)
+		if s == "" {
+			return math.NaN(), nil
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		var ne *strconv.NumError
+		if errors.As(err, &ne) && errors.Is(ne.Err, strconv.ErrRange) {
+			return f, nil // ±Inf for overflow; still a number
+		}
+		return 0, fmt.Errorf("value %s is not a number", abbrev(raw))
+	}
+	return f, nil
+}
+
+// parseString reads a JSON string.
+func parseString(raw json.RawMessage) (string, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", err
+	}
+	return s, nil
+}
+
+// parseLabel renders a dimension value as text. Numbers (and, for NUMBER
+// dimensions, numeric strings) are written in their shortest plain form, so
+// the status code 503 reads "503" whether the API sent 503, 503.0 or "503".
+// null reads as "".
+func parseLabel(raw json.RawMessage, numeric bool) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, null) {
+		return "", nil
+	}
+	switch raw[0] {
+	case '"':
+		s, err := parseString(raw)
+		if err != nil {
+			return "", fmt.Errorf("value %s: %w", abbrev(raw), err)
+		}
+		if numeric {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(s), 64); err == nil {
+				return formatNumber(f), nil
+			}
+		}
+		return s, nil
+	case '{', '[':
+		return "", fmt.Errorf("value %s is not a dimension value", abbrev(raw))
+	case 't', 'f':
+		return string(raw), nil
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil {
+		return "", fmt.Errorf("value %s is not a dimension value", abbrev(raw))
+	}
+	return formatNumber(f), nil
+}
+
+func formatNumber(f float64) string {
+	return strconv.FormatFloat(f, 'f', -1, 64)
+}
+
+// timeLayouts are the forms of the time dimension the client accepts;
+// layouts without a zone are UTC.
+var timeLayouts = []string{
+	time.RFC3339Nano,
+	"2006-01-02T15:04:05.999999999",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02T15:04Z07:00",
+	"2006-01-02T15:04",
+	"2006-01-02",
+}
+
+// parseTime reads the time dimension: ISO 8601 / RFC 3339 text (with or
+// without zone, T or space, fractions allowed, or a bare date), or Unix time
+// in seconds or milliseconds as a number or numeric string. The result is UTC.
+func parseTime(raw json.RawMessage) (time.Time, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, null) {
+		return time.Time{}, errors.New("no time")
+	}
+	s := string(raw)
+	if raw[0] == '"' {
+		var err error
+		if s, err = parseString(raw); err != nil {
+			return time.Time{}, fmt.Errorf("time %s: %w", abbrev(raw), err)
+		}
+		s = strings.TrimSpace(s)
+		for _, layout := range timeLayouts {
+			if t, err := time.Parse(layout, s); err == nil {
+				return t.UTC(), nil
+			}
+		}
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && !math.IsInf(f, 0) && !math.IsNaN(f) && f >= 0 {
+		if f >= 1e11 { // milliseconds: 1e11 s is the year 5138
+			return time.UnixMilli(int64(f)).UTC(), nil
+		}
+		sec, frac := math.Modf(f)
+		return time.Unix(int64(sec), int64(math.Round(frac*1e9))).UTC(), nil
+	}
+	return time.Time{}, fmt.Errorf("time %s: not an ISO 8601 date-time or Unix time", abbrev(raw))
+}
+
+// abbrev quotes the start of a raw value for an error message.
+func abbrev(raw []byte) string {
+	const n = 40
+	if len(raw) > n {
+		return string(raw[:n]) + "…"
+	}
+	return string(raw)
+}
