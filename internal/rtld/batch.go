@@ -1,0 +1,413 @@
+// Package rtld is edgepipe's real-time log delivery receiver: the ingest
+// source that accepts the platform's access-log batches, the gap detector, and
+// the delivery workers that move spooled batches into the sinks (Kafka,
+// ClickHouse) with end-to-end acknowledgement.
+package rtld
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// Format is the log_format of an RTLD http_post profile as seen on the wire.
+type Format string
+
+// The three JSON log formats the platform delivers.
+const (
+	// FormatJSON is an object carrying batch identity and a "logs" array.
+	FormatJSON Format = "json"
+	// FormatJSONArray is a bare array of record objects.
+	FormatJSONArray Format = "json_array"
+	// FormatJSONLines is one record object per line.
+	FormatJSONLines Format = "json_lines"
+)
+
+// NoSeqNum marks a batch without a sequence number (json_array, json_lines).
+const NoSeqNum int64 = -1
+
+// Batch is one decoded delivery. Records are kept as the raw JSON of each
+// record object, so that sinks never decode gzip or the envelope again.
+type Batch struct {
+	// EnvironmentID is the environment the batch was posted for (from the URL).
+	EnvironmentID string
+	// ReceivedUnixNano is when the receiver accepted the batch.
+	ReceivedUnixNano int64
+	// Format is the detected wire format.
+	Format Format
+	// AccountNumber, AgentID, Datestamp, Platform and ProfileID come from the
+	// json envelope; they are empty for json_array and json_lines.
+	AccountNumber string
+	AgentID       string
+	Datestamp     string
+	Platform      string
+	ProfileID     string
+	// SeqNum is the batch's seq_num, or NoSeqNum without batch identity.
+	SeqNum int64
+	// Records holds each record object's JSON, in delivery order.
+	Records []json.RawMessage
+}
+
+// HasIdentity reports whether (agent, datestamp, seq_num) name this batch.
+func (b *Batch) HasIdentity() bool { return b.Format == FormatJSON && b.SeqNum >= 0 && b.AgentID != "" }
+
+// RecordBytes is the total size of the records' JSON.
+func (b *Batch) RecordBytes() int {
+	n := 0
+	for _, r := range b.Records {
+		n += len(r)
+	}
+	return n
+}
+
+// DecodeError is returned by DecodeBatch for input that is not a valid batch.
+// Offset is the byte offset in the decoded (gunzipped) body where the problem
+// was found; Line is its 1-based line number when known (0 otherwise).
+type DecodeError struct {
+	Format Format
+	Offset int64
+	Line   int
+	Msg    string
+	Err    error
+}
+
+// Error implements error.
+func (e *DecodeError) Error() string {
+	var b bytes.Buffer
+	b.WriteString("invalid batch")
+	if e.Format != "" {
+		fmt.Fprintf(&b, " (%s)", e.Format)
+	}
+	if e.Line > 0 {
+		fmt.Fprintf(&b, " at line %d", e.Line)
+	}
+	fmt.Fprintf(&b, " at offset %d: %s", e.Offset, e.Msg)
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying cause.
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ErrEmptyBatch is wrapped by a DecodeError for a body without any record.
+var ErrEmptyBatch = errors.New("batch holds no records")
+
+// lineCounter counts newlines of everything read through it, so errors can
+// name a line without keeping the body.
+type lineCounter struct {
+	r     io.Reader
+	lines int   // newlines seen
+	read  int64 // bytes read
+	// nlOffsets holds the offsets of the most recent newlines; enough to map
+	// a decoder offset (which lags the read position by the decoder's
+	// buffer) back to a line number.
+	nlOffsets []int64
+}
+
+func (c *lineCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	for i := 0; i < n; i++ {
+		if p[i] == '\n' {
+			c.lines++
+			c.nlOffsets = append(c.nlOffsets, c.read+int64(i))
+			if len(c.nlOffsets) > 4096 {
+				c.nlOffsets = append(c.nlOffsets[:0], c.nlOffsets[2048:]...)
+			}
+		}
+	}
+	c.read += int64(n)
+	return n, err
+}
+
+// lineAt returns the 1-based line of byte offset off, or 0 when it is no
+// longer known.
+func (c *lineCounter) lineAt(off int64) int {
+	after := 0 // newlines at or after off among those remembered
+	for i := len(c.nlOffsets) - 1; i >= 0 && c.nlOffsets[i] >= off; i-- {
+		after++
+	}
+	if after == len(c.nlOffsets) && c.lines > len(c.nlOffsets) {
+		return 0
+	}
+	return c.lines - after + 1
+}
+
+// DecodeBatch decodes one delivery body (already gunzipped) for environment
+// env. The format is detected from the shape: an object with a "logs" member
+// is json, an array is json_array, and a stream of objects is json_lines.
+// Errors from r (for example a size limit) are returned wrapped, so callers
+// can test them with errors.Is; every other problem is a *DecodeError.
+func DecodeBatch(env string, r io.Reader) (*Batch, error) {
+	lc := &lineCounter{r: r}
+	br := bufio.NewReaderSize(lc, 32<<10)
+	// Sniff the first non-space byte.
+	var first byte
+	var skipped int64
+	for {
+		c, err := br.ReadByte()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil, &DecodeError{Offset: skipped, Msg: "empty body", Err: ErrEmptyBatch}
+			}
+			return nil, fmt.Errorf("reading batch: %w", err)
+		}
+		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
+			skipped++
+			continue
+		}
+		if err := br.UnreadByte(); err != nil {
+			return nil, fmt.Errorf("reading batch: %w", err)
+		}
+		first = c
+		break
+	}
+	d := &decoder{lc: lc, dec: json.NewDecoder(br), base: skipped, b: &Batch{EnvironmentID: env, SeqNum: NoSeqNum}}
+	var err error
+	switch first {
+	case '[':
+		d.b.Format = FormatJSONArray
+		err = d.array()
+	case '{':
+		err = d.object()
+	default:
+		return nil, &DecodeError{Offset: skipped, Line: lc.lineAt(skipped), Msg: fmt.Sprintf("unexpected %q, want a JSON object or array", first)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(d.b.Records) == 0 {
+		return nil, &DecodeError{Format: d.b.Format, Offset: d.offset(), Msg: "no records", Err: ErrEmptyBatch}
+	}
+	return d.b, nil
+}
+
+type decoder struct {
+	lc   *lineCounter
+	dec  *json.Decoder
+	base int64 // bytes skipped before the decoder started
+	b    *Batch
+}
+
+func (d *decoder) offset() int64 { return d.base + d.dec.InputOffset() }
+
+// fail turns err into a *DecodeError, unless it came from the reader.
+func (d *decoder) fail(err error, msg string) error {
+	off := d.offset()
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		off = d.base + se.Offset
+		msg = "malformed JSON"
+	case errors.As(err, &te):
+		off = d.base + te.Offset
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		msg = "unexpected end of input"
+	case err != nil:
+		// A reader error (size limit, broken gzip stream): not the client's JSON.
+		return fmt.Errorf("decoding %s batch: %w", d.b.Format, err)
+	}
+	return &DecodeError{Format: d.b.Format, Offset: off, Line: d.lc.lineAt(off), Msg: msg, Err: err}
+}
+
+func (d *decoder) failf(format string, a ...any) error {
+	off := d.offset()
+	return &DecodeError{Format: d.b.Format, Offset: off, Line: d.lc.lineAt(off), Msg: fmt.Sprintf(format, a...)}
+}
+
+// record decodes one array element or stream value and checks it is an object.
+func (d *decoder) record() error {
+	var raw json.RawMessage
+	if err := d.dec.Decode(&raw); err != nil {
+		return d.fail(err, "decoding record")
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return d.failf("record %d is not a JSON object", len(d.b.Records))
+	}
+	d.b.Records = append(d.b.Records, raw)
+	return nil
+}
+
+func (d *decoder) delim(want json.Delim) error {
+	tok, err := d.dec.Token()
+	if err != nil {
+		return d.fail(err, "reading token")
+	}
+	if got, ok := tok.(json.Delim); !ok || got != want {
+		return d.failf("expected %q", string(want))
+	}
+	return nil
+}
+
+func (d *decoder) array() error {
+	if err := d.delim('['); err != nil {
+		return err
+	}
+	for d.dec.More() {
+		if err := d.record(); err != nil {
+			return err
+		}
+	}
+	if err := d.delim(']'); err != nil {
+		return err
+	}
+	return d.end()
+}
+
+// end checks that only whitespace follows the value.
+func (d *decoder) end() error {
+	tok, err := d.dec.Token()
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	if err != nil {
+		return d.fail(err, "after the batch")
+	}
+	return d.failf("unexpected %v after the batch", tok)
+}
+
+// object decodes either the json envelope or the first json_lines record.
+// Members are read one by one so the logs array is streamed, not buffered
+// twice; an object without "logs" but with other members is a record.
+func (d *decoder) object() error {
+	var first json.RawMessage
+	if err := d.dec.Decode(&first); err != nil {
+		// Malformed first value: report it as json_lines or json, whichever
+		// the text suggests.
+		d.b.Format = FormatJSONLines
+		return d.fail(err, "decoding first object")
+	}
+	env, isEnvelope, err := parseEnvelope(first)
+	if err != nil {
+		d.b.Format = FormatJSON
+		return &DecodeError{Format: FormatJSON, Offset: d.base, Line: d.lc.lineAt(d.base), Msg: err.Error()}
+	}
+	if !isEnvelope {
+		d.b.Format = FormatJSONLines
+		d.b.Records = append(d.b.Records, first)
+		for d.dec.More() {
+			if err := d.record(); err != nil {
+				return err
+			}
+		}
+		return d.end()
+	}
+	d.b.Format = FormatJSON
+	d.b.AccountNumber = env.AccountNumber
+	d.b.AgentID = env.AgentID
+	d.b.Datestamp = env.Datestamp
+	d.b.Platform = env.Platform
+	d.b.ProfileID = env.ProfileID
+	d.b.SeqNum = env.SeqNum
+	d.b.Records = env.Logs
+	return d.end()
+}
+
+type envelope struct {
+	AccountNumber string
+	AgentID       string
+	Datestamp     string
+	Platform      string
+	ProfileID     string
+	SeqNum        int64
+	Logs          []json.RawMessage
+}
+
+// wireEnvelope is the json format's envelope with every member kept raw, so
+// that a json_lines record which happens to use one of these keys is not
+// rejected before it is known to be a record.
+type wireEnvelope struct {
+	AccountNumber json.RawMessage    `json:"account_number"`
+	AgentID       json.RawMessage    `json:"agent_id"`
+	Datestamp     json.RawMessage    `json:"datestamp"`
+	Platform      json.RawMessage    `json:"platform"`
+	ProfileID     json.RawMessage    `json:"profile_id"`
+	SeqNum        json.RawMessage    `json:"seq_num"`
+	Logs          *[]json.RawMessage `json:"logs"`
+}
+
+// parseEnvelope decodes the json format's envelope. It reports false when obj
+// has no "logs" member (it is then a json_lines record).
+func parseEnvelope(obj json.RawMessage) (envelope, bool, error) {
+	var w wireEnvelope
+	if err := json.Unmarshal(obj, &w); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "logs" {
+			return envelope{}, true, errors.New(`"logs" must be an array of record objects`)
+		}
+		// A record whose members do not fit the envelope's shape.
+		return envelope{}, false, nil
+	}
+	if w.Logs == nil {
+		return envelope{}, false, nil
+	}
+	e := envelope{SeqNum: NoSeqNum, Logs: *w.Logs}
+	for i, r := range e.Logs {
+		if len(r) == 0 || r[0] != '{' {
+			return e, true, fmt.Errorf("logs[%d] is not a JSON object", i)
+		}
+	}
+	str := func(key string, raw json.RawMessage, dst *string) error {
+		if len(raw) == 0 || string(raw) == "null" {
+			return nil
+		}
+		if raw[0] == '"' {
+			return json.Unmarshal(raw, dst)
+		}
+		// Numbers (profile_id is numeric on the wire) are kept verbatim.
+		if _, err := strconv.ParseFloat(string(raw), 64); err == nil {
+			*dst = string(raw)
+			return nil
+		}
+		return fmt.Errorf("%q must be a string or a number", key)
+	}
+	for _, f := range []struct {
+		key string
+		raw json.RawMessage
+		dst *string
+	}{
+		{"account_number", w.AccountNumber, &e.AccountNumber}, {"agent_id", w.AgentID, &e.AgentID},
+		{"datestamp", w.Datestamp, &e.Datestamp}, {"platform", w.Platform, &e.Platform},
+		{"profile_id", w.ProfileID, &e.ProfileID},
+	} {
+		if err := str(f.key, f.raw, f.dst); err != nil {
+			return e, true, err
+		}
+	}
+	if len(w.SeqNum) > 0 && string(w.SeqNum) != "null" {
+		n, err := strconv.ParseInt(string(w.SeqNum), 10, 64)
+		if err != nil || n < 0 {
+			return e, true, fmt.Errorf(`"seq_num" must be a non-negative integer, got %s`, truncate(w.SeqNum, 32))
+		}
+		e.SeqNum = n
+	}
+	if e.Datestamp != "" && !validDatestamp(e.Datestamp) {
+		return e, true, fmt.Errorf(`"datestamp" must be YYYYMMDD, got %q`, truncate([]byte(e.Datestamp), 32))
+	}
+	return e, true, nil
+}
+
+func validDatestamp(s string) bool {
+	if len(s) != 8 {
+		return false
+	}
+	for i := 0; i < 8; i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
