@@ -1,0 +1,332 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+)
+
+// ClickHouseServer is a clickhouse-server process started for one test, with its own
+// config.xml, users.xml and data directory in t.TempDir(), listening on free
+// loopback ports. User "default" has no password.
+//
+// The CI server is Debian's clickhouse-server 18.16.1 (protocol revision
+// 54412). Checked against it with clickhouse-go v2.50 (see clickhouse_test.go):
+//   - Native protocol, Ping, Exec, Query, Select and PrepareBatch work, with and
+//     without compression (clickhouse.CompressionLZ4 and ZSTD both work).
+//   - PrepareBatch needs an explicit column list: "INSERT INTO t (a, b)".
+//     "INSERT INTO t" without one fails at Append with
+//     "expected 0 arguments, got N" because 18.16 sends no column header.
+//   - conn.Exec(ctx, "INSERT INTO t (a) VALUES (1)") hangs until the context's
+//     deadline: 18.16 waits for the client to send the VALUES as data blocks,
+//     which only newer servers parse themselves. Use PrepareBatch, or
+//     "INSERT INTO t (a) SELECT …", which run entirely on the server.
+//   - Missing on 18.16 (gate on conn.ServerVersion()): DateTime64, Map, IPv4/IPv6
+//     types, TTL clauses, column CODECs, "ADD COLUMN IF NOT EXISTS" (check
+//     system.columns instead). LowCardinality exists but only with the setting
+//     allow_experimental_low_cardinality_type=1 on the CREATE TABLE (e.g.
+//     clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
+//     "allow_experimental_low_cardinality_type": 1}))); inserting into and
+//     reading from such columns then works without the setting.
+//   - Decimal columns take decimal.Decimal (github.com/shopspring/decimal), not
+//     float64. UUID, Nullable, Array, Enum8, ReplacingMergeTree(version) and
+//     SELECT ... FINAL work.
+type ClickHouseServer struct {
+	t       testing.TB
+	bin     string
+	args    []string // after the binary: "server"/"--config-file=…"
+	dir     string
+	tcpPort int
+	mu      sync.Mutex
+	proc    *process
+}
+
+// clickHouseStartTimeout bounds one start (a cold 18.16 start takes well under
+// a second on an idle machine; CI machines are busy).
+const clickHouseStartTimeout = 60 * time.Second
+
+// ClickHouse starts a ClickHouse server for the test and stops it (SIGKILL to
+// its process group) on cleanup. It fails the test if the server does not
+// answer a native-protocol ping in time, showing the server's log.
+func ClickHouse(t testing.TB) *ClickHouseServer {
+	t.Helper()
+	bin, args := clickHouseCommand(t)
+	dir := t.TempDir()
+	ch := &ClickHouseServer{t: t, bin: bin, dir: dir}
+	for _, sub := range []string{"data", "tmp", "user_files", "format_schemas", "log"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatalf("testenv: clickhouse dir: %v", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(clickHouseUsersXML), 0o644); err != nil {
+		t.Fatalf("testenv: write clickhouse users.xml: %v", err)
+	}
+	ch.args = append(args, "--config-file="+filepath.Join(dir, "config.xml"))
+	t.Cleanup(ch.Kill)
+
+	// A port found free may be taken before the server binds it: retry
+	// with fresh ports when the log says so.
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		if err = ch.configure(); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		err = ch.start()
+		if err == nil {
+			return ch
+		}
+		if !addrInUse(ch.logs()) {
+			break
+		}
+	}
+	t.Fatalf("testenv: start clickhouse: %v\n--- clickhouse log (%s) ---\n%s", err, dir, ch.logs())
+	return nil
+}
+
+// clickHouseCommand finds clickhouse-server, or the multi-call clickhouse
+// binary of upstream packages ("clickhouse server").
+func clickHouseCommand(t testing.TB) (string, []string) {
+	t.Helper()
+	if p, err := lookBinary("clickhouse-server"); err == nil {
+		return p, nil
+	}
+	if p, err := lookBinary("clickhouse"); err == nil {
+		return p, []string{"server"}
+	}
+	missing(t, "clickhouse-server not found on PATH or in /usr/bin, /usr/sbin: run `make deps` to install it")
+	return "", nil
+}
+
+// configure picks fresh ports and writes config.xml.
+func (ch *ClickHouseServer) configure() error {
+	tcp, err := freePort()
+	if err != nil {
+		return err
+	}
+	http, err := freePort()
+	if err != nil {
+		return err
+	}
+	ch.tcpPort = tcp
+	cfg := fmt.Sprintf(clickHouseConfigXML, ch.dir, tcp, http)
+	if err := os.WriteFile(filepath.Join(ch.dir, "config.xml"), []byte(cfg), 0o644); err != nil {
+		return fmt.Errorf("write clickhouse config.xml: %w", err)
+	}
+	return nil
+}
+
+// start runs the server and waits for a ping. The caller holds no lock.
+func (ch *ClickHouseServer) start() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.proc != nil && !ch.proc.exited() {
+		return nil
+	}
+	p, err := startProcess("clickhouse-server", filepath.Join(ch.dir, "log", "stdout.log"), ch.bin, ch.args...)
+	if err != nil {
+		return err
+	}
+	ch.proc = p
+	return waitFor(context.Background(), p, clickHouseStartTimeout, 50*time.Millisecond, ch.ping)
+}
+
+func (ch *ClickHouseServer) ping(ctx context.Context) error {
+	conn, err := clickhouse.Open(ch.options("default"))
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer conn.Close()
+	if err := conn.Ping(ctx); err != nil {
+		return fmt.Errorf("ping %s: %w", ch.Addr(), err)
+	}
+	return nil
+}
+
+func (ch *ClickHouseServer) options(database string) *clickhouse.Options {
+	return &clickhouse.Options{
+		Addr:        []string{ch.Addr()},
+		Auth:        clickhouse.Auth{Database: database, Username: "default"},
+		DialTimeout: 2 * time.Second,
+	}
+}
+
+// logs returns the tail of the server's log files, for failure messages.
+func (ch *ClickHouseServer) logs() string {
+	return "[stdout/stderr]\n" + fileTail(filepath.Join(ch.dir, "log", "stdout.log"), 2000) +
+		"\n[clickhouse-server.err.log]\n" + fileTail(filepath.Join(ch.dir, "log", "clickhouse-server.err.log"), 4000)
+}
+
+// Addr returns host:port of the native protocol, e.g. "127.0.0.1:40123".
+func (ch *ClickHouseServer) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ch.tcpPort))
+}
+
+// DSN returns a clickhouse-go DSN for database, e.g.
+// "clickhouse://127.0.0.1:40123/db". The database must exist for queries to
+// work (see NewDatabase); the string parses with clickhouse.ParseDSN.
+func (ch *ClickHouseServer) DSN(database string) string {
+	return "clickhouse://" + ch.Addr() + "/" + database
+}
+
+// DataDir returns the server's data directory (kept across Stop/Kill/Start).
+func (ch *ClickHouseServer) DataDir() string { return filepath.Join(ch.dir, "data") }
+
+// Conn opens a native-protocol connection to the "default" database and
+// closes it on cleanup.
+func (ch *ClickHouseServer) Conn(t testing.TB) driver.Conn {
+	t.Helper()
+	conn, err := clickhouse.Open(ch.options("default"))
+	if err != nil {
+		t.Fatalf("testenv: open clickhouse %s: %v", ch.Addr(), err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// Exec runs one statement and fails the test on error. Not for
+// "INSERT … VALUES" on 18.16 (see ClickHouseServer); INSERT … SELECT works.
+func (ch *ClickHouseServer) Exec(t testing.TB, sql string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := clickhouse.Open(ch.options("default"))
+	if err != nil {
+		t.Fatalf("testenv: open clickhouse: %v", err)
+	}
+	defer conn.Close()
+	if err := conn.Exec(ctx, sql); err != nil {
+		t.Fatalf("testenv: clickhouse exec %q: %v", sql, err)
+	}
+}
+
+// NewDatabase creates a database with a unique name derived from the test's
+// name and returns that name.
+func (ch *ClickHouseServer) NewDatabase(t testing.TB) string {
+	t.Helper()
+	name := uniqueName(t, "t_")
+	ch.Exec(t, "CREATE DATABASE "+name)
+	return name
+}
+
+// Stop shuts the server down gracefully (SIGTERM, SIGKILL after 15s) and
+// waits for it to exit. Data and ports are kept for Start.
+func (ch *ClickHouseServer) Stop() {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.proc != nil {
+		ch.proc.stop(15 * time.Second)
+	}
+}
+
+// Kill SIGKILLs the server's process group and waits for it to exit, as a
+// crash would. Data and ports are kept for Start. Kill is also the cleanup.
+func (ch *ClickHouseServer) Kill() {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.proc != nil {
+		ch.proc.kill()
+	}
+}
+
+// Start starts the server again after Stop or Kill, on the same ports and
+// with the same data directory, and waits until it answers. It does nothing
+// if the server is running. It fails the test (the one ClickHouse was started
+// for) if the server does not come back.
+func (ch *ClickHouseServer) Start() {
+	ch.t.Helper()
+	if err := ch.start(); err != nil {
+		ch.t.Fatalf("testenv: restart clickhouse: %v\n--- clickhouse log ---\n%s", err, ch.logs())
+	}
+}
+
+// Running reports whether the server process is alive.
+func (ch *ClickHouseServer) Running() bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.proc != nil && !ch.proc.exited()
+}
+
+// clickHouseConfigXML is the server config; %[1]s is the directory, %[2]d the
+// native port, %[3]d the HTTP port. No interserver port (nothing replicated),
+// small caches (tests run several servers on small machines), UTC, logs in
+// the directory.
+const clickHouseConfigXML = `<?xml version="1.0"?>
+<yandex>
+    <logger>
+        <level>information</level>
+        <log>%[1]s/log/clickhouse-server.log</log>
+        <errorlog>%[1]s/log/clickhouse-server.err.log</errorlog>
+        <size>10M</size>
+        <count>1</count>
+    </logger>
+    <listen_host>127.0.0.1</listen_host>
+    <tcp_port>%[2]d</tcp_port>
+    <http_port>%[3]d</http_port>
+    <path>%[1]s/data/</path>
+    <tmp_path>%[1]s/tmp/</tmp_path>
+    <user_files_path>%[1]s/user_files/</user_files_path>
+    <format_schema_path>%[1]s/format_schemas/</format_schema_path>
+    <users_config>%[1]s/users.xml</users_config>
+    <default_profile>default</default_profile>
+    <default_database>default</default_database>
+    <timezone>UTC</timezone>
+    <mark_cache_size>67108864</mark_cache_size>
+    <uncompressed_cache_size>67108864</uncompressed_cache_size>
+    <max_concurrent_queries>200</max_concurrent_queries>
+    <max_connections>1024</max_connections>
+    <keep_alive_timeout>3</keep_alive_timeout>
+    <mlock_executable>false</mlock_executable>
+    <builtin_dictionaries_reload_interval>3600</builtin_dictionaries_reload_interval>
+    <max_session_timeout>3600</max_session_timeout>
+    <default_session_timeout>60</default_session_timeout>
+</yandex>
+`
+
+// clickHouseUsersXML: user default without password from loopback, no quota
+// limits.
+const clickHouseUsersXML = `<?xml version="1.0"?>
+<yandex>
+    <profiles>
+        <default>
+            <max_memory_usage>2000000000</max_memory_usage>
+            <load_balancing>random</load_balancing>
+            <poll_interval>1</poll_interval>
+        </default>
+        <readonly>
+            <readonly>1</readonly>
+        </readonly>
+    </profiles>
+    <users>
+        <default>
+            <password></password>
+            <networks>
+                <ip>::1</ip>
+                <ip>127.0.0.1</ip>
+            </networks>
+            <profile>default</profile>
+            <quota>default</quota>
+        </default>
+    </users>
+    <quotas>
+        <default>
+            <interval>
+                <duration>3600</duration>
+                <queries>0</queries>
+                <errors>0</errors>
+                <result_rows>0</result_rows>
+                <read_rows>0</read_rows>
+                <execution_time>0</execution_time>
+            </interval>
+        </default>
+    </quotas>
+</yandex>
+`

@@ -1,0 +1,143 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func produce(t *testing.T, cl *kgo.Client, topic string, from, to int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var rs []*kgo.Record
+	for i := from; i < to; i++ {
+		rs = append(rs, &kgo.Record{
+			Topic:   topic,
+			Key:     []byte("agent-" + strconv.Itoa(i%5)),
+			Value:   []byte(fmt.Sprintf(`{"uuid":"u-%d"}`, i)),
+			Headers: []kgo.RecordHeader{{Key: "seq", Value: []byte(strconv.Itoa(i))}, {Key: "env", Value: []byte("e1")}},
+		})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+func TestKafkaProduceConsumeAndKcat(t *testing.T) {
+	k := Kafka(t)
+	topic := k.NewTopic(t, 4)
+	produce(t, k.Client(t), topic, 0, 200)
+
+	recs := k.Records(t, topic)
+	if len(recs) != 200 {
+		t.Fatalf("Records: %d, want 200", len(recs))
+	}
+	seen := map[string]bool{}
+	parts := map[int32]bool{}
+	for _, r := range recs {
+		seen[string(r.Value)] = true
+		parts[r.Partition] = true
+	}
+	if len(seen) != 200 || len(parts) < 2 {
+		t.Fatalf("Records: %d distinct values over %d partitions; want 200 over several", len(seen), len(parts))
+	}
+
+	msgs := k.KcatConsume(t, topic)
+	if len(msgs) != 200 {
+		t.Fatalf("kcat: %d messages, want 200", len(msgs))
+	}
+	for _, m := range msgs {
+		if m.Payload == nil || !seen[*m.Payload] {
+			t.Fatalf("kcat: unexpected payload %v", m.Payload)
+		}
+		seq, ok := m.Header("seq")
+		if !ok || *m.Payload != fmt.Sprintf(`{"uuid":"u-%s"}`, seq) {
+			t.Fatalf("kcat: header seq=%q (present %v) does not match payload %s", seq, ok, *m.Payload)
+		}
+		if env, _ := m.Header("env"); env != "e1" || m.Key == nil {
+			t.Fatalf("kcat: env header %q, key %v", env, m.Key)
+		}
+	}
+}
+
+func TestKafkaAutoCreatedTopic(t *testing.T) {
+	k := Kafka(t)
+	if got := k.Records(t, "does-not-exist"); len(got) != 0 {
+		t.Fatalf("missing topic: %d records", len(got))
+	}
+	cl := k.Client(t, kgo.AllowAutoTopicCreation())
+	produce(t, cl, "auto", 0, 30)
+	if got := k.WaitForRecords(t, "auto", 30, 30*time.Second); len(got) != 30 {
+		t.Fatalf("auto-created topic: %d records, want 30", len(got))
+	}
+}
+
+// TestKafkaPauseKeepsAcknowledgedRecords shows that Pause looks like an
+// outage to segmentio/kafka-go (the receiver's client) and that Resume
+// brings back everything acknowledged before it.
+func TestKafkaPauseKeepsAcknowledgedRecords(t *testing.T) {
+	k := Kafka(t)
+	topic := k.NewTopic(t, 3)
+	w := &kafkago.Writer{
+		Addr:         kafkago.TCP(k.Addr()),
+		Topic:        topic,
+		RequiredAcks: kafkago.RequireAll,
+		Balancer:     &kafkago.Hash{},
+		BatchTimeout: 10 * time.Millisecond,
+		MaxAttempts:  2,
+		Transport:    &kafkago.Transport{DialTimeout: time.Second},
+	}
+	defer w.Close()
+	write := func(ctx context.Context, from, to int) error {
+		var ms []kafkago.Message
+		for i := from; i < to; i++ {
+			ms = append(ms, kafkago.Message{Key: []byte(strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))})
+		}
+		return w.WriteMessages(ctx, ms...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := write(ctx, 0, 100); err != nil {
+		t.Fatalf("write before pause: %v", err)
+	}
+
+	k.Pause()
+	if !k.Paused() {
+		t.Fatal("not paused")
+	}
+	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
+	err := write(short, 100, 110)
+	cancelShort()
+	if err == nil {
+		t.Fatal("write succeeded while the broker was paused")
+	}
+	t.Logf("kafka-go while paused: %v", err)
+
+	k.Resume()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if err = write(ctx, 100, 200); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("write after resume: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	recs := k.Records(t, topic)
+	got := map[string]bool{}
+	for _, r := range recs {
+		got[string(r.Value)] = true
+	}
+	for i := 0; i < 200; i++ {
+		if !got[strconv.Itoa(i)] {
+			t.Fatalf("record %d missing after pause/resume (%d records)", i, len(recs))
+		}
+	}
+}
