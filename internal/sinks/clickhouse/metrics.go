@@ -1,0 +1,902 @@
+package clickhouse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/schedule"
+)
+
+// SinkConfig configures the exporter's metrics sink.
+type SinkConfig struct {
+	// DSN names the server and database (clickhouse://host:9000/db).
+	DSN string
+	// Password, when set, overrides the DSN's password (from the
+	// environment or a file, never a flag).
+	Password string
+	// Retention, when positive, becomes the tables' TTL on servers that
+	// have TTL (19.6+); 0 keeps rows forever.
+	Retention time.Duration
+	// Cluster, when set, creates tables ON CLUSTER with Replicated engines
+	// and a Distributed table per dataset (see SchemaOptions).
+	Cluster string
+	// MaxBackfill bounds how far back Resume lets the scheduler go
+	// (default 24h).
+	MaxBackfill time.Duration
+	// QueueRows bounds the rows waiting to be written (default 1,000,000).
+	// A batch that does not fit is dropped, counted and logged.
+	QueueRows int
+	// InsertTimeout bounds one INSERT (default 60s).
+	InsertTimeout time.Duration
+	// RetryMax is the longest wait between retries while ClickHouse is down
+	// (default 30s; the first wait is 250ms).
+	RetryMax time.Duration
+	// Logger receives the sink's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Registerer receives the sink's self-metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Sink writes every published bucket as a full row into its dataset's table
+// and implements schedule.Publisher. Publish only queues; a writer goroutine
+// (Start … Close) creates and migrates tables, batches rows into one INSERT
+// per dataset and retries with backoff while ClickHouse is unavailable.
+//
+// Rows carry a strictly increasing version, so a revision written later
+// replaces the bucket under `SELECT … FINAL`, and a row written twice (a
+// retry after an ambiguous failure, a restart that re-polls) is harmless.
+type Sink struct {
+	cfg     SinkConfig
+	log     *slog.Logger
+	metrics *sinkMetrics
+
+	mu          sync.Mutex
+	queue       []*block
+	queuedRows  int
+	closing     bool
+	started     bool
+	inFlight    int
+	lastVersion uint64
+
+	wake      chan struct{}
+	done      chan struct{}
+	writeCtx  context.Context
+	cancelAll context.CancelFunc
+
+	dbMu sync.Mutex
+	db   *DB
+
+	// tables is the writer's knowledge of each dataset table's columns;
+	// owned by the writer goroutine (and Resume, under dbMu).
+	tablesMu sync.Mutex
+	tables   map[string]*tableState
+}
+
+type tableState struct {
+	columns map[string]bool
+	key     []string
+}
+
+// NewSink validates cfg and returns a sink that is not connected yet; Start
+// begins writing.
+func NewSink(cfg SinkConfig) (*Sink, error) {
+	if cfg.DSN == "" {
+		return nil, errors.New("clickhouse sink: no DSN")
+	}
+	if _, err := parseDSN(cfg.DSN); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBackfill <= 0 {
+		cfg.MaxBackfill = 24 * time.Hour
+	}
+	if cfg.QueueRows <= 0 {
+		cfg.QueueRows = 1_000_000
+	}
+	if cfg.InsertTimeout <= 0 {
+		cfg.InsertTimeout = 60 * time.Second
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m, err := newSinkMetrics(cfg.Registerer, cfg.QueueRows)
+	if err != nil {
+		return nil, err
+	}
+	return &Sink{
+		cfg:     cfg,
+		log:     cfg.Logger.With("sink", "clickhouse"),
+		metrics: m,
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		tables:  make(map[string]*tableState),
+	}, nil
+}
+
+// Start starts the writer goroutine. Call Close to stop it.
+func (s *Sink) Start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return
+	}
+	s.started = true
+	s.writeCtx, s.cancelAll = context.WithCancel(context.Background())
+	go s.run()
+}
+
+// Close stops accepting batches, writes what is queued (retrying while ctx
+// allows), then stops the writer and closes the connection. Rows still
+// queued when ctx ends are dropped, counted and logged.
+func (s *Sink) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	started := s.started
+	s.mu.Unlock()
+	if started {
+		s.poke()
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			s.cancelAll()
+			<-s.done
+		}
+		s.cancelAll()
+	}
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if s.db != nil {
+		err := s.db.Close()
+		s.db = nil
+		return err
+	}
+	return nil
+}
+
+func (s *Sink) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Publish queues the batch's rows for writing and returns at once. It never
+// blocks on ClickHouse; when the queue is full the batch is dropped and
+// counted in edgepipe_clickhouse_dropped_rows_total{reason="queue_full"}.
+func (s *Sink) Publish(_ context.Context, b *schedule.Batch) error {
+	if b == nil || len(b.Updates) == 0 || b.Dataset == nil {
+		return nil
+	}
+	s.mu.Lock()
+	// The version orders writes, so it comes from the wall clock even when
+	// a test gives the sink a simulated one.
+	version := uint64(time.Now().UnixNano())
+	if version <= s.lastVersion {
+		version = s.lastVersion + 1
+	}
+	s.lastVersion = version
+	s.mu.Unlock()
+
+	blk, invalid := newBlock(b, version)
+	if invalid > 0 {
+		s.metrics.dropped.WithLabelValues(b.Dataset.Name, "invalid").Add(float64(invalid))
+		s.log.Error("dropped rows with unparsable dimension values", "dataset", b.Dataset.Name, "rows", invalid)
+	}
+	if blk.rows == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		s.metrics.dropped.WithLabelValues(blk.dataset, "closed").Add(float64(blk.rows))
+		return errors.New("clickhouse sink: closed")
+	}
+	if s.queuedRows+blk.rows > s.cfg.QueueRows {
+		queued := s.queuedRows
+		s.mu.Unlock()
+		s.metrics.dropped.WithLabelValues(blk.dataset, "queue_full").Add(float64(blk.rows))
+		s.log.Error("ClickHouse queue full: dropped a batch (ClickHouse down or too slow); run `exporter backfill` over the gap once it is back",
+			"dataset", blk.dataset, "rows", blk.rows, "queued_rows", queued, "capacity_rows", s.cfg.QueueRows,
+			"from", blk.minTime.Format(time.RFC3339), "to", blk.maxTime.Format(time.RFC3339))
+		return nil
+	}
+	s.queue = append(s.queue, blk)
+	s.queuedRows += blk.rows
+	s.metrics.queueRows.Set(float64(s.queuedRows))
+	s.mu.Unlock()
+	s.poke()
+	return nil
+}
+
+// QueuedRows returns the number of rows waiting to be written.
+func (s *Sink) QueuedRows() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.queuedRows
+}
+
+// Flush waits until every row queued so far is written or ctx ends. It is
+// for tests and for the backfill command, which writes through the sink.
+func (s *Sink) Flush(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if s.QueuedRows() == 0 && s.idle() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("flush ClickHouse sink (%d rows queued): %w", s.QueuedRows(), ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Sink) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inFlight == 0
+}
+
+// run is the writer goroutine.
+func (s *Sink) run() {
+	defer close(s.done)
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 250 * time.Millisecond
+	bo.MaxInterval = s.cfg.RetryMax
+	for {
+		s.mu.Lock()
+		for len(s.queue) == 0 && !s.closing {
+			s.mu.Unlock()
+			select {
+			case <-s.wake:
+			case <-s.writeCtx.Done():
+			}
+			s.mu.Lock()
+			if s.writeCtx.Err() != nil {
+				break
+			}
+		}
+		if len(s.queue) == 0 || s.writeCtx.Err() != nil {
+			s.dropQueueLocked("shutdown")
+			s.mu.Unlock()
+			return
+		}
+		items := s.queue
+		s.queue = nil
+		s.inFlight = len(items)
+		s.mu.Unlock()
+
+		failed := s.writeAll(items)
+
+		s.mu.Lock()
+		s.inFlight = 0
+		written := 0
+		for _, it := range items {
+			written += it.rows
+		}
+		for _, it := range failed {
+			written -= it.rows
+		}
+		s.queuedRows -= written
+		s.queue = append(failed, s.queue...)
+		s.metrics.queueRows.Set(float64(s.queuedRows))
+		s.mu.Unlock()
+
+		if len(failed) == 0 {
+			bo.Reset()
+			continue
+		}
+		wait := bo.NextBackOff()
+		select {
+		case <-time.After(wait):
+		case <-s.writeCtx.Done():
+		}
+	}
+}
+
+// dropQueueLocked drops everything queued (the writer is stopping for good).
+func (s *Sink) dropQueueLocked(reason string) {
+	if s.queuedRows == 0 {
+		return
+	}
+	for _, b := range s.queue {
+		s.metrics.dropped.WithLabelValues(b.dataset, reason).Add(float64(b.rows))
+	}
+	s.log.Error("ClickHouse sink stopped with rows unwritten", "rows", s.queuedRows, "reason", reason)
+	s.queue = nil
+	s.queuedRows = 0
+	s.metrics.queueRows.Set(0)
+}
+
+// writeAll writes the blocks, merged into one INSERT per dataset and column
+// set, and returns the blocks that could not be written (to retry).
+func (s *Sink) writeAll(items []*block) []*block {
+	db, err := s.connect(s.writeCtx)
+	if err != nil {
+		s.metrics.up.Set(0)
+		s.metrics.insertErrors.WithLabelValues("", "connect").Inc()
+		s.log.Warn("ClickHouse unavailable, will retry", "err", err, "queued_rows", s.QueuedRows())
+		return items
+	}
+	groups := make(map[string][]*block)
+	var order []string
+	for _, it := range items {
+		k := it.signature()
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], it)
+	}
+	var failed []*block
+	for _, k := range order {
+		g := groups[k]
+		merged := mergeBlocks(g)
+		if err := s.writeBlock(db, merged); err != nil {
+			s.metrics.up.Set(0)
+			code := ErrorCode(err)
+			s.metrics.insertErrors.WithLabelValues(merged.dataset, errorClass(code)).Inc()
+			if code != 0 && !retriableCode(code) {
+				// The server rejected the data itself: forget what we know
+				// about the table (it may have changed) and give up on the
+				// rows after a few attempts rather than blocking the queue.
+				s.forgetTable(merged.dataset)
+				for _, b := range g {
+					b.rejections++
+				}
+				if g[0].rejections >= 5 {
+					s.metrics.dropped.WithLabelValues(merged.dataset, "rejected").Add(float64(merged.rows))
+					s.log.Error("ClickHouse rejected rows five times; dropped them", "dataset", merged.dataset, "rows", merged.rows, "err", err)
+					continue // not returned as failed: leaves the queue
+				}
+			}
+			s.log.Warn("ClickHouse insert failed, will retry", "dataset", merged.dataset, "rows", merged.rows, "err", err)
+			failed = append(failed, g...)
+			continue
+		}
+		s.metrics.up.Set(1)
+		s.metrics.rowsWritten.WithLabelValues(merged.dataset).Add(float64(merged.rows))
+	}
+	return failed
+}
+
+func (s *Sink) writeBlock(db *DB, b *block) error {
+	ctx, cancel := context.WithTimeout(s.writeCtx, s.cfg.InsertTimeout)
+	defer cancel()
+	if err := s.ensureTable(ctx, db, b.ds, b.cols); err != nil {
+		return err
+	}
+	start := time.Now()
+	err := db.InsertColumns(ctx, b.dataset, columnNames(b.cols), b.columnData())
+	s.metrics.insertDuration.WithLabelValues(b.dataset).Observe(time.Since(start).Seconds())
+	return err
+}
+
+// connect returns the open connection, opening one if needed.
+func (s *Sink) connect(ctx context.Context) (*DB, error) {
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if s.db != nil {
+		return s.db, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	opts := []Option{WithLogger(s.log)}
+	if s.cfg.Password != "" {
+		opts = append(opts, WithPassword(s.cfg.Password))
+	}
+	db, err := Open(ctx, s.cfg.DSN, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("connected to ClickHouse", "addr", db.Addr(), "database", db.Database(), "version", db.Version().String(),
+		"low_cardinality", db.Version().HasLowCardinality(), "ttl", db.Version().HasTTL(), "codecs", db.Version().HasCodecs())
+	if s.cfg.Retention > 0 && !db.Version().HasTTL() {
+		s.log.Warn("ClickHouse server has no TTL; --clickhouse.retention is not applied", "version", db.Version().String())
+	}
+	s.db = db
+	return db, nil
+}
+
+// DB returns the sink's connection, opening it if needed.
+func (s *Sink) DB(ctx context.Context) (*DB, error) { return s.connect(ctx) }
+
+func (s *Sink) schemaOptions(db *DB) SchemaOptions {
+	return SchemaOptions{Version: db.Version(), Database: db.Database(), Retention: s.cfg.Retention, Cluster: s.cfg.Cluster}
+}
+
+func (s *Sink) forgetTable(dataset string) {
+	s.tablesMu.Lock()
+	defer s.tablesMu.Unlock()
+	delete(s.tables, dataset)
+}
+
+// EnsureTable creates dataset's table if it is missing and adds columns for
+// descriptor metrics and dimensions it lacks.
+func (s *Sink) EnsureTable(ctx context.Context, ds *metricsapi.Dataset) error {
+	db, err := s.connect(ctx)
+	if err != nil {
+		return err
+	}
+	return s.ensureTable(ctx, db, ds, MetricsColumns(ds, nil, nil))
+}
+
+func (s *Sink) ensureTable(ctx context.Context, db *DB, ds *metricsapi.Dataset, cols []Column) error {
+	s.tablesMu.Lock()
+	defer s.tablesMu.Unlock()
+	st := s.tables[ds.Name]
+	if st != nil {
+		missing := false
+		for _, c := range cols {
+			if !st.columns[c.Name] {
+				missing = true
+				break
+			}
+		}
+		if !missing {
+			return nil
+		}
+	}
+	o := s.schemaOptions(db)
+	local := o.LocalTable(ds.Name)
+	existing, key, err := tableColumns(ctx, db, local)
+	if err != nil {
+		return err
+	}
+	if existing == nil {
+		// Create with every column the descriptor knows, plus any the batch
+		// has beyond it.
+		all := MetricsColumns(ds, nil, nil)
+		all = withExtra(all, cols)
+		for _, stmt := range CreateTableDDL(ds.Name, all, o) {
+			if err := db.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("create table for dataset %s: %w", ds.Name, err)
+			}
+		}
+		s.log.Info("created ClickHouse table", "table", db.Table(ds.Name), "columns", len(all), "cluster", o.Cluster)
+		existing, key, err = tableColumns(ctx, db, local)
+		if err != nil {
+			return err
+		}
+	} else if stmt := RetentionDDL(ds.Name, o); stmt != "" && st == nil {
+		if err := db.Exec(ctx, stmt); err != nil {
+			s.log.Warn("could not set the table's TTL", "table", db.Table(local), "err", err)
+		}
+	}
+	want := withExtra(MetricsColumns(ds, nil, nil), cols)
+	var missing []Column
+	for _, c := range want {
+		if !existing[c.Name] {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		for _, stmt := range AddColumnsDDL(ds.Name, missing, key, o) {
+			if err := db.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("add columns to dataset table %s: %w", ds.Name, err)
+			}
+		}
+		names := columnNames(missing)
+		s.log.Info("added columns to ClickHouse table", "table", db.Table(ds.Name), "columns", strings.Join(names, ","))
+		for _, n := range names {
+			existing[n] = true
+		}
+	}
+	s.tables[ds.Name] = &tableState{columns: existing, key: key}
+	return nil
+}
+
+// withExtra appends the columns of extra that cols lacks (before version).
+func withExtra(cols, extra []Column) []Column {
+	have := make(map[string]bool, len(cols))
+	for _, c := range cols {
+		have[c.Name] = true
+	}
+	out := cols[:len(cols)-1:len(cols)-1]
+	for _, c := range extra {
+		if !have[c.Name] {
+			out = append(out, c)
+			have[c.Name] = true
+		}
+	}
+	return append(out, cols[len(cols)-1])
+}
+
+// tableColumns reads a table's column names and sorting key; nil columns
+// when the table does not exist.
+func tableColumns(ctx context.Context, db *DB, table string) (map[string]bool, []string, error) {
+	rows, err := db.Conn().Query(ctx, "SELECT name FROM system.columns WHERE database = "+QuoteString(db.Database())+" AND table = "+QuoteString(table))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read columns of %s: %w", table, err)
+	}
+	defer rows.Close()
+	cols := make(map[string]bool)
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, nil, fmt.Errorf("read columns of %s: %w", table, err)
+		}
+		cols[n] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read columns of %s: %w", table, err)
+	}
+	if len(cols) == 0 {
+		return nil, nil, nil
+	}
+	var key string
+	if err := db.Conn().QueryRow(ctx, "SELECT sorting_key FROM system.tables WHERE database = "+QuoteString(db.Database())+" AND name = "+QuoteString(table)).Scan(&key); err != nil {
+		return nil, nil, fmt.Errorf("read sorting key of %s: %w", table, err)
+	}
+	var keyCols []string
+	for _, k := range strings.Split(key, ",") {
+		if k = strings.Trim(strings.TrimSpace(k), "`"); k != "" {
+			keyCols = append(keyCols, k)
+		}
+	}
+	return cols, keyCols, nil
+}
+
+// Resume returns, per environment of envs, the start of the newest bucket of
+// granularity g stored for dataset ds, but no earlier than MaxBackfill before
+// now (truncated to g): the scheduler resumes polling there, so a restart or
+// an outage leaves no hole. Environments with nothing stored are absent (the
+// scheduler starts them as new). A missing table is not an error.
+//
+// Sink implements schedule.ResumeSource.
+func (s *Sink) Resume(ctx context.Context, dataset string, g metricsapi.Granularity, envs []string) (map[string]time.Time, error) {
+	out := make(map[string]time.Time)
+	if len(envs) == 0 {
+		return out, nil
+	}
+	db, err := s.connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
+	}
+	quoted := make([]string, len(envs))
+	for i, e := range envs {
+		quoted[i] = QuoteString(e)
+	}
+	q := "SELECT " + QuoteIdent(ColumnEnvironment) + ", max(" + QuoteIdent(ColumnTime) + ") FROM " + db.Table(dataset) +
+		" WHERE " + QuoteIdent(ColumnGranularity) + " = " + QuoteString(string(g)) +
+		" AND " + QuoteIdent(ColumnEnvironment) + " IN (" + strings.Join(quoted, ", ") + ")" +
+		" GROUP BY " + QuoteIdent(ColumnEnvironment)
+	rows, err := db.Conn().Query(ctx, q)
+	if err != nil {
+		if ErrorCode(err) == 60 { // UNKNOWN_TABLE
+			return out, nil
+		}
+		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
+	}
+	defer rows.Close()
+	floor := g.Truncate(s.cfg.Now().Add(-s.cfg.MaxBackfill))
+	for rows.Next() {
+		var env string
+		var t time.Time
+		if err := rows.Scan(&env, &t); err != nil {
+			return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
+		}
+		t = t.UTC()
+		if t.Before(floor) {
+			s.log.Warn("newest stored bucket is older than --clickhouse.max-backfill; resuming at the bound (run `exporter backfill` for the rest)",
+				"dataset", dataset, "environment_id", env, "newest", t.Format(time.RFC3339), "resume", floor.Format(time.RFC3339))
+			t = floor
+		}
+		out[env] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
+	}
+	return out, nil
+}
+
+// retriableCode reports whether a server exception is worth retrying as is
+// (overload, memory, timeouts), as opposed to a rejection of the data.
+func retriableCode(code int32) bool {
+	switch code {
+	case 159, 160, 164, 201, 202, 203, 209, 210, 241, 242, 252, 285, 319, 425, 999:
+		// TIMEOUT_EXCEEDED, TOO_SLOW, READONLY, QUOTA_EXPIRED, TOO_MANY_SIMULTANEOUS_QUERIES,
+		// NO_FREE_CONNECTION, SOCKET_TIMEOUT, NETWORK_ERROR, MEMORY_LIMIT_EXCEEDED,
+		// TABLE_IS_READ_ONLY, TOO_MANY_PARTS, TOO_FEW_LIVE_REPLICAS, UNKNOWN_STATUS_OF_INSERT,
+		// SYSTEM_ERROR, KEEPER_EXCEPTION
+		return true
+	}
+	return false
+}
+
+func errorClass(code int32) string {
+	if code == 0 {
+		return "connection"
+	}
+	if retriableCode(code) {
+		return "server_busy"
+	}
+	return "rejected"
+}
+
+func columnNames(cols []Column) []string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// block is one batch's rows in column-oriented form, ready to insert.
+type block struct {
+	dataset    string
+	ds         *metricsapi.Dataset
+	cols       []Column
+	data       []colData
+	rows       int
+	rejections int
+
+	minTime, maxTime time.Time
+}
+
+// colData holds one column's values; only the slice of its kind is used.
+type colData struct {
+	kind ColumnKind
+	s    []string
+	i    []int64
+	t    []time.Time
+	u    []uint64
+	f    []float64
+}
+
+func (c *colData) value() any {
+	switch c.kind {
+	case KindString:
+		return c.s
+	case KindInt:
+		return c.i
+	case KindDateTime:
+		return c.t
+	case KindUInt64:
+		return c.u
+	default:
+		return c.f
+	}
+}
+
+func (c *colData) appendFrom(o *colData) {
+	c.s = append(c.s, o.s...)
+	c.i = append(c.i, o.i...)
+	c.t = append(c.t, o.t...)
+	c.u = append(c.u, o.u...)
+	c.f = append(c.f, o.f...)
+}
+
+func (b *block) signature() string {
+	return b.dataset + "\x00" + strings.Join(columnNames(b.cols), "\x00")
+}
+
+func (b *block) columnData() []any {
+	out := make([]any, len(b.data))
+	for i := range b.data {
+		out[i] = b.data[i].value()
+	}
+	return out
+}
+
+// mergeBlocks concatenates blocks of the same signature into one.
+func mergeBlocks(bs []*block) *block {
+	if len(bs) == 1 {
+		return bs[0]
+	}
+	m := &block{dataset: bs[0].dataset, ds: bs[0].ds, cols: bs[0].cols, data: make([]colData, len(bs[0].cols))}
+	for i := range m.data {
+		m.data[i].kind = bs[0].data[i].kind
+	}
+	for _, b := range bs {
+		for i := range m.data {
+			m.data[i].appendFrom(&b.data[i])
+		}
+		m.rows += b.rows
+	}
+	return m
+}
+
+// newBlock converts a batch into columns, copying everything (Publish keeps
+// no reference to the batch). It returns the number of rows it had to skip
+// because a NUMBER or DATE dimension value did not parse.
+func newBlock(b *schedule.Batch, version uint64) (*block, int) {
+	cols := MetricsColumns(b.Dataset, nonNil(b.Labels), nonNil(b.Metrics))
+	n := len(b.Updates)
+	blk := &block{dataset: b.Dataset.Name, ds: b.Dataset, cols: cols, data: make([]colData, len(cols))}
+	for i, c := range cols {
+		d := &blk.data[i]
+		d.kind = c.Kind
+		switch c.Kind {
+		case KindString:
+			d.s = make([]string, 0, n)
+		case KindInt:
+			d.i = make([]int64, 0, n)
+		case KindDateTime:
+			d.t = make([]time.Time, 0, n)
+		case KindUInt64:
+			d.u = make([]uint64, 0, n)
+		case KindFloat64:
+			d.f = make([]float64, 0, n)
+		}
+	}
+	nl, nm := len(b.Labels), len(b.Metrics)
+	invalid := 0
+	// Parse labels first so a bad row is skipped whole.
+	ints := make([]int64, nl)
+	times := make([]time.Time, nl)
+	for ui := range b.Updates {
+		r := &b.Updates[ui].Row
+		ok := true
+		for li := 0; li < nl; li++ {
+			v := ""
+			if li < len(r.Labels) {
+				v = r.Labels[li]
+			}
+			var err error
+			switch cols[3+li].Kind {
+			case KindInt:
+				ints[li], err = parseInt(v)
+			case KindDateTime:
+				times[li], err = parseTime(v)
+			}
+			if err != nil {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			invalid++
+			continue
+		}
+		t := r.Time.UTC()
+		if blk.rows == 0 || t.Before(blk.minTime) {
+			blk.minTime = t
+		}
+		if t.After(blk.maxTime) {
+			blk.maxTime = t
+		}
+		blk.data[0].t = append(blk.data[0].t, t)
+		blk.data[1].s = append(blk.data[1].s, string(b.Granularity))
+		blk.data[2].s = append(blk.data[2].s, r.Environment)
+		for li := 0; li < nl; li++ {
+			d := &blk.data[3+li]
+			switch d.kind {
+			case KindInt:
+				d.i = append(d.i, ints[li])
+			case KindDateTime:
+				d.t = append(d.t, times[li])
+			default:
+				v := ""
+				if li < len(r.Labels) {
+					v = r.Labels[li]
+				}
+				d.s = append(d.s, strings.Clone(v))
+			}
+		}
+		for mi := 0; mi < nm; mi++ {
+			v := math.NaN()
+			if mi < len(r.Values) {
+				v = r.Values[mi]
+			}
+			d := &blk.data[3+nl+mi]
+			if d.kind == KindUInt64 {
+				d.u = append(d.u, countValue(v))
+			} else {
+				d.f = append(d.f, v)
+			}
+		}
+		blk.data[3+nl+nm].u = append(blk.data[3+nl+nm].u, version)
+		blk.rows++
+	}
+	return blk, invalid
+}
+
+// nonNil turns nil into an empty slice, so MetricsColumns does not fill in
+// the descriptor's names for a batch that has none.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// countValue converts an API count to UInt64: rounded, with null (NaN) and
+// negative values as 0.
+func countValue(v float64) uint64 {
+	if math.IsNaN(v) || v <= 0 {
+		return 0
+	}
+	if v >= math.MaxUint64 {
+		return math.MaxUint64
+	}
+	return uint64(math.Round(v))
+}
+
+func parseInt(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return i, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<62 {
+		return 0, fmt.Errorf("not an integer: %q", s)
+	}
+	return int64(f), nil
+}
+
+func parseTime(s string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02"} {
+		if t, err := time.Parse(layout, strings.TrimSpace(s)); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("not a date: %q", s)
+}
+
+// parseDSN checks a DSN without connecting.
+func parseDSN(dsn string) (string, error) {
+	if !strings.HasPrefix(dsn, "clickhouse://") && !strings.HasPrefix(dsn, "tcp://") {
+		return "", fmt.Errorf("ClickHouse DSN %s: want clickhouse://host:9000/database", RedactDSN(dsn))
+	}
+	return dsn, nil
+}
+
+// sinkMetrics are the sink's self-metrics.
+type sinkMetrics struct {
+	queueRows      prometheus.Gauge
+	queueCapacity  prometheus.Gauge
+	rowsWritten    *prometheus.CounterVec
+	dropped        *prometheus.CounterVec
+	insertErrors   *prometheus.CounterVec
+	insertDuration *prometheus.HistogramVec
+	up             prometheus.Gauge
+}
+
+func newSinkMetrics(reg prometheus.Registerer, capacity int) (*sinkMetrics, error) {
+	m := &sinkMetrics{
+		queueRows: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgepipe_clickhouse_queue_rows", Help: "Rows waiting in memory to be written to ClickHouse."}),
+		queueCapacity: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgepipe_clickhouse_queue_capacity_rows", Help: "Most rows the ClickHouse queue holds before it drops batches."}),
+		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_clickhouse_rows_written_total", Help: "Rows written to ClickHouse, by dataset."}, []string{"dataset"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_clickhouse_dropped_rows_total",
+			Help: "Rows not written to ClickHouse, by dataset and reason (queue_full, rejected, invalid, shutdown, closed)."}, []string{"dataset", "reason"}),
+		insertErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_clickhouse_insert_errors_total", Help: "Failed ClickHouse inserts (retried), by dataset and class."}, []string{"dataset", "class"}),
+		insertDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "edgepipe_clickhouse_insert_duration_seconds", Help: "Duration of ClickHouse inserts, by dataset.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12)}, []string{"dataset"}),
+		up: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgepipe_clickhouse_up", Help: "1 when the last ClickHouse write succeeded, 0 when it failed."}),
+	}
+	m.queueCapacity.Set(float64(capacity))
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.queueRows, m.queueCapacity, m.rowsWritten, m.dropped, m.insertErrors, m.insertDuration, m.up} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register ClickHouse sink metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}

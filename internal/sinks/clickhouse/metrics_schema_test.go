@@ -1,0 +1,202 @@
+package clickhouse
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+)
+
+// testDataset is edge_errors with one gauge added, so every column kind
+// shows up: STRING and NUMBER dimensions, a count and a ratio.
+func testDataset() *metricsapi.Dataset {
+	return &metricsapi.Dataset{
+		Name: "edge_errors",
+		Dimensions: []metricsapi.Dimension{
+			{Name: "time", Type: metricsapi.TypeDate},
+			{Name: "environment_id", Type: metricsapi.TypeString},
+			{Name: "country_code", Type: metricsapi.TypeString},
+			{Name: "http_status_code", Type: metricsapi.TypeNumber},
+		},
+		Metrics: []metricsapi.Metric{
+			{Name: "requests_edge_total", Type: metricsapi.TypeNumber},
+			{Name: "requests_error_ratio", Type: metricsapi.TypeNumber},
+		},
+	}
+}
+
+func TestParseVersion(t *testing.T) {
+	for _, tc := range []struct {
+		in                         string
+		want                       Version
+		lowCard, ttl, codecs, dt64 bool
+		wantErr                    bool
+	}{
+		{in: "18.16.1", want: Version{18, 16, 1, 0}},
+		{in: "19.6.2.11", want: Version{19, 6, 2, 11}, lowCard: true, ttl: true},
+		{in: "24.8.4.13", want: Version{24, 8, 4, 13}, lowCard: true, ttl: true, codecs: true, dt64: true},
+		{in: "23.3.1.2823-lts", want: Version{23, 3, 1, 2823}, lowCard: true, ttl: true, codecs: true, dt64: true},
+		{in: " 20.1 ", want: Version{20, 1, 0, 0}, lowCard: true, ttl: true, codecs: true, dt64: true},
+		{in: "", wantErr: true},
+		{in: "18", wantErr: true},
+		{in: "x.1.2", wantErr: true},
+		{in: "1.2.3.4.5", wantErr: true},
+	} {
+		v, err := ParseVersion(tc.in)
+		if tc.wantErr {
+			if err == nil {
+				t.Errorf("ParseVersion(%q) = %v, want error", tc.in, v)
+			}
+			continue
+		}
+		if err != nil || v != tc.want {
+			t.Errorf("ParseVersion(%q) = %v, %v; want %v", tc.in, v, err, tc.want)
+			continue
+		}
+		if v.HasLowCardinality() != tc.lowCard || v.HasTTL() != tc.ttl || v.HasCodecs() != tc.codecs || v.HasDateTime64() != tc.dt64 {
+			t.Errorf("%v: lowcard/ttl/codecs/dt64 = %v/%v/%v/%v, want %v/%v/%v/%v", v,
+				v.HasLowCardinality(), v.HasTTL(), v.HasCodecs(), v.HasDateTime64(), tc.lowCard, tc.ttl, tc.codecs, tc.dt64)
+		}
+	}
+	if MustParseVersion("18.16.1").Compare(MustParseVersion("18.16.1.1")) != -1 {
+		t.Error("18.16.1 should sort before 18.16.1.1")
+	}
+}
+
+func TestCreateTableDDL(t *testing.T) {
+	ds := testDataset()
+	cols := MetricsColumns(ds, nil, nil)
+	for _, tc := range []struct {
+		name string
+		opts SchemaOptions
+		want []string
+	}{
+		{
+			name: "18.16 single server, retention ignored (no TTL)",
+			opts: SchemaOptions{Version: MustParseVersion("18.16.1"), Database: "cdn", Retention: 32 * 24 * time.Hour},
+			want: []string{"CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors`\n(\n" +
+				"    `time` DateTime('UTC'),\n" +
+				"    `granularity` String,\n" +
+				"    `environment_id` String,\n" +
+				"    `country_code` String,\n" +
+				"    `http_status_code` Int64,\n" +
+				"    `requests_edge_total` UInt64,\n" +
+				"    `requests_error_ratio` Float64,\n" +
+				"    `version` UInt64\n" +
+				")\n" +
+				"ENGINE = ReplacingMergeTree(`version`)\n" +
+				"PARTITION BY toYYYYMM(`time`)\n" +
+				"ORDER BY (`granularity`, `environment_id`, `country_code`, `http_status_code`, `time`)"},
+		},
+		{
+			name: "24.8 single server with retention",
+			opts: SchemaOptions{Version: MustParseVersion("24.8.4.13"), Database: "cdn", Retention: 32 * 24 * time.Hour},
+			want: []string{"CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors`\n(\n" +
+				"    `time` DateTime('UTC'),\n" +
+				"    `granularity` LowCardinality(String),\n" +
+				"    `environment_id` LowCardinality(String),\n" +
+				"    `country_code` LowCardinality(String),\n" +
+				"    `http_status_code` Int64,\n" +
+				"    `requests_edge_total` UInt64 CODEC(T64, ZSTD(1)),\n" +
+				"    `requests_error_ratio` Float64 CODEC(Gorilla, ZSTD(1)),\n" +
+				"    `version` UInt64 CODEC(T64, ZSTD(1))\n" +
+				")\n" +
+				"ENGINE = ReplacingMergeTree(`version`)\n" +
+				"PARTITION BY toYYYYMM(`time`)\n" +
+				"ORDER BY (`granularity`, `environment_id`, `country_code`, `http_status_code`, `time`)\n" +
+				"TTL `time` + INTERVAL 2764800 SECOND"},
+		},
+		{
+			name: "24.8 cluster without retention",
+			opts: SchemaOptions{Version: MustParseVersion("24.8.4.13"), Database: "cdn", Cluster: "prod"},
+			want: []string{"CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors_local` ON CLUSTER `prod`\n(\n" +
+				"    `time` DateTime('UTC'),\n" +
+				"    `granularity` LowCardinality(String),\n" +
+				"    `environment_id` LowCardinality(String),\n" +
+				"    `country_code` LowCardinality(String),\n" +
+				"    `http_status_code` Int64,\n" +
+				"    `requests_edge_total` UInt64 CODEC(T64, ZSTD(1)),\n" +
+				"    `requests_error_ratio` Float64 CODEC(Gorilla, ZSTD(1)),\n" +
+				"    `version` UInt64 CODEC(T64, ZSTD(1))\n" +
+				")\n" +
+				"ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/cdn/edge_errors_local', '{replica}', `version`)\n" +
+				"PARTITION BY toYYYYMM(`time`)\n" +
+				"ORDER BY (`granularity`, `environment_id`, `country_code`, `http_status_code`, `time`)",
+				"CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors` ON CLUSTER `prod` AS `cdn`.`edge_errors_local`\n" +
+					"ENGINE = Distributed('prod', 'cdn', 'edge_errors_local', cityHash64(`environment_id`))"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := CreateTableDDL(ds.Name, cols, tc.opts)
+			if strings.Join(got, "\n;\n") != strings.Join(tc.want, "\n;\n") {
+				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n;\n"), strings.Join(tc.want, "\n;\n"))
+			}
+		})
+	}
+}
+
+func TestAddColumnsDDL(t *testing.T) {
+	key := []string{"granularity", "environment_id", "country_code", "time"}
+	metric := Column{Name: "requests_new_total", Kind: KindUInt64}
+	dim := Column{Name: "http_method", Kind: KindString, Key: true}
+	old := SchemaOptions{Version: MustParseVersion("18.16.1"), Database: "cdn"}
+	cur := SchemaOptions{Version: MustParseVersion("24.8.4.13"), Database: "cdn", Cluster: "prod"}
+	for _, tc := range []struct {
+		name    string
+		missing []Column
+		opts    SchemaOptions
+		want    []string
+	}{
+		{name: "nothing missing", opts: old},
+		{name: "metric on 18.16", missing: []Column{metric}, opts: old,
+			want: []string{"ALTER TABLE `cdn`.`edge_errors`\n    ADD COLUMN `requests_new_total` UInt64"}},
+		{name: "dimension on 18.16 extends the sorting key", missing: []Column{metric, dim}, opts: old,
+			want: []string{"ALTER TABLE `cdn`.`edge_errors`\n    ADD COLUMN `requests_new_total` UInt64,\n    ADD COLUMN `http_method` String,\n" +
+				"    MODIFY ORDER BY (`granularity`, `environment_id`, `country_code`, `time`, `http_method`)"}},
+		{name: "metric on a cluster", missing: []Column{metric}, opts: cur,
+			want: []string{
+				"ALTER TABLE `cdn`.`edge_errors_local` ON CLUSTER `prod`\n    ADD COLUMN `requests_new_total` UInt64 CODEC(T64, ZSTD(1))",
+				"ALTER TABLE `cdn`.`edge_errors` ON CLUSTER `prod`\n    ADD COLUMN `requests_new_total` UInt64 CODEC(T64, ZSTD(1))",
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := AddColumnsDDL("edge_errors", tc.missing, key, tc.opts)
+			if strings.Join(got, "\n;\n") != strings.Join(tc.want, "\n;\n") {
+				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n;\n"), strings.Join(tc.want, "\n;\n"))
+			}
+		})
+	}
+}
+
+func TestRetentionDDL(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		ret  time.Duration
+		want string
+	}{
+		{"18.16.1", time.Hour, ""},
+		{"24.8.1", 0, ""},
+		{"24.8.1", time.Hour, "ALTER TABLE `cdn`.`edge_usage_by_country` MODIFY TTL `time` + INTERVAL 3600 SECOND"},
+	} {
+		got := RetentionDDL("edge_usage_by_country", SchemaOptions{Version: MustParseVersion(tc.v), Database: "cdn", Retention: tc.ret})
+		if got != tc.want {
+			t.Errorf("%s retention %v: got %q, want %q", tc.v, tc.ret, got, tc.want)
+		}
+	}
+}
+
+func TestQuoting(t *testing.T) {
+	if got := QuoteIdent("a`b\\c"); got != "`a\\`b\\\\c`" {
+		t.Errorf("QuoteIdent = %s", got)
+	}
+	if got := QuoteString("it's"); got != `'it\'s'` {
+		t.Errorf("QuoteString = %s", got)
+	}
+	if got := RedactDSN("clickhouse://u:secret@h:9000/db?x=1"); strings.Contains(got, "secret") {
+		t.Errorf("RedactDSN leaked the password: %s", got)
+	}
+	if got := RedactDSN("clickhouse://h:9000/db?password=secret"); strings.Contains(got, "secret") {
+		t.Errorf("RedactDSN leaked the password: %s", got)
+	}
+}
