@@ -1,0 +1,45 @@
+package rtld
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// FuzzDecodeBatch checks that no input makes the decoder panic, that every
+// failure is a *DecodeError, and that every accepted batch holds only JSON
+// objects and survives the spool codec.
+func FuzzDecodeBatch(f *testing.F) {
+	for _, seed := range []string{
+		`{"account_number":"A","agent_id":"a1","datestamp":"20261123","platform":"p","profile_id":1,"seq_num":0,"logs":[{"uuid":"u","timestamp":1523916295.768957,"status_code":200}]}`,
+		`[{"uuid":"u1"},{"uuid":"u2"}]`,
+		"{\"uuid\":\"u1\"}\n{\"uuid\":\"u2\"}\n",
+		`{"logs":[]}`, `{"logs":{}}`, `[]`, `[1]`, `{"seq_num":-1,"logs":[{}]}`,
+		`{"datestamp":"x","logs":[{}]}`, "", " ", "\x00", `[{"a":"\ud800"}]`, `{"a":1}{"b":2}`,
+		`[{"a":1}`, `{"logs":[{"a":1}]} trailing`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		b, err := DecodeBatch("env", strings.NewReader(body))
+		if err != nil {
+			var de *DecodeError
+			if !errors.As(err, &de) {
+				t.Fatalf("error %v (%T) is not a *DecodeError", err, err)
+			}
+			return
+		}
+		if len(b.Records) == 0 {
+			t.Fatal("accepted a batch without records")
+		}
+		for i, r := range b.Records {
+			if len(r) == 0 || r[0] != '{' {
+				t.Fatalf("record %d is not an object: %q", i, r)
+			}
+		}
+		back, err := UnmarshalBatch(MarshalBatch(b))
+		if err != nil || len(back.Records) != len(b.Records) || back.SeqNum != b.SeqNum {
+			t.Fatalf("codec round trip failed: %v", err)
+		}
+	})
+}
