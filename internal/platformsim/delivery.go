@@ -1,0 +1,640 @@
+package platformsim
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// DeliveryConfig configures the simulator's RTLD delivery engine, which
+// POSTs log batches to every enabled http_post profile as the platform does.
+// The zero value delivers nothing on its own (RecordsPerSecond 0) but serves
+// DeliverRecords with the defaults below.
+type DeliveryConfig struct {
+	// RecordsPerSecond is the steady rate of records generated for each
+	// enabled profile (scaled by its downsampling_percent). 0 (the default)
+	// generates records only when DeliverRecords is called.
+	RecordsPerSecond float64
+	// BatchSize is the most records in one batch (default 500).
+	BatchSize int
+	// FlushInterval is how long steadily generated records wait for a full
+	// batch before a partial one is sent (default 1s).
+	FlushInterval time.Duration
+	// AgentsPerEnvironment is the number of edge agents sending each
+	// environment's batches, each with its own seq_num (default 3).
+	AgentsPerEnvironment int
+	// RetryInterval is the wait before a batch whose POST failed (non-2xx,
+	// network error, lost acknowledgement) is sent again, byte for byte
+	// (default 10s; tests use a few milliseconds).
+	RetryInterval time.Duration
+	// Retention is how long an undeliverable batch is retried before it is
+	// dropped, measured on the simulated clock (default 72h, as the
+	// platform).
+	Retention time.Duration
+	// RequestTimeout bounds one POST (default 30s).
+	RequestTimeout time.Duration
+	// TLSConfig is the client TLS configuration for destination endpoints,
+	// for example RootCAs holding a receiver's self-signed certificate. Nil
+	// means the system roots.
+	TLSConfig *tls.Config
+	// DevInsecureSkipVerify accepts any server certificate. For local demos
+	// only; prefer TLSConfig with RootCAs.
+	DevInsecureSkipVerify bool
+	// Transport, when set, replaces the engine's HTTP transport (TLSConfig
+	// and DevInsecureSkipVerify are then ignored).
+	Transport http.RoundTripper
+	// Faults injected into deliveries from the start; see SetDeliveryFaults.
+	Faults DeliveryFaults
+	// Logger receives delivery failures and drops (default: discard).
+	Logger *slog.Logger
+}
+
+// DeliveryFaults make the engine misbehave the way a real network does.
+type DeliveryFaults struct {
+	// DropAckPercent (0 to 100) is the share of 2xx answers the engine
+	// treats as lost: the receiver has the batch, yet the engine sends the
+	// same bytes again after RetryInterval, so the receiver sees a duplicate.
+	DropAckPercent float64
+}
+
+// DeliveryStats counts what the delivery engine did since the Server started.
+type DeliveryStats struct {
+	// RecordsGenerated is the number of records put into batches.
+	RecordsGenerated int64
+	// RecordsAcknowledged is the number of records in acknowledged batches.
+	RecordsAcknowledged int64
+	// RecordsDropped is the number of records given up on (retention
+	// exceeded, or the profile was deleted or disabled).
+	RecordsDropped int64
+	// Batches is the number of batches sealed.
+	Batches int64
+	// BatchesAcknowledged is the number of batches a destination accepted
+	// (and whose acknowledgement was not dropped by a fault).
+	BatchesAcknowledged int64
+	// BatchesDropped is the number of batches given up on.
+	BatchesDropped int64
+	// Attempts is the number of POSTs made.
+	Attempts int64
+	// Retries is the number of POSTs that resent a batch already sent.
+	Retries int64
+	// Failures is the number of POSTs that got a non-2xx answer or none.
+	Failures int64
+	// AcksDropped is the number of 2xx answers discarded by
+	// DeliveryFaults.DropAckPercent.
+	AcksDropped int64
+	// PendingBatches is the number of batches waiting for acknowledgement.
+	PendingBatches int64
+}
+
+// Settled reports whether every generated record has been acknowledged or
+// dropped.
+func (st DeliveryStats) Settled() bool {
+	return st.PendingBatches == 0 && st.RecordsGenerated == st.RecordsAcknowledged+st.RecordsDropped
+}
+
+// deliveryTarget is an enabled http_post profile with what the engine needs
+// of its environment.
+type deliveryTarget struct {
+	profile rtldProfile
+	ctx     recordContext
+}
+
+// deliveryBatch is a sealed batch: its body never changes between attempts.
+type deliveryBatch struct {
+	profileID   int64
+	agentID     string
+	datestamp   string
+	seq         int64
+	body        []byte
+	contentType string
+	records     int
+	sealed      time.Time // simulated clock
+	attempts    int
+}
+
+type laneKey struct {
+	profileID int64
+	agentID   string
+}
+
+// lane is the ordered queue of one agent's batches for one profile, drained
+// by one sender goroutine.
+type lane struct {
+	key    laneKey
+	mu     sync.Mutex
+	queue  []*deliveryBatch
+	notify chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (l *lane) push(b *deliveryBatch) {
+	l.mu.Lock()
+	l.queue = append(l.queue, b)
+	l.mu.Unlock()
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (l *lane) front() *deliveryBatch {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.queue) == 0 {
+		return nil
+	}
+	return l.queue[0]
+}
+
+func (l *lane) pop() {
+	l.mu.Lock()
+	l.queue = l.queue[1:]
+	l.mu.Unlock()
+}
+
+// profileState is the engine's per-profile generation state.
+type profileState struct {
+	mu      sync.Mutex
+	gen     *recordGenerator
+	next    int                   // round-robin agent index
+	seq     map[string]seqCounter // by agent ID
+	pending []logRecord           // steady-rate records not yet batched
+	since   time.Time             // when pending got its first record (wall clock)
+	carry   float64               // fractional records owed by the rate
+	shape   recordShape           // of pending
+	shapeOf []string              // fields the shape was built from
+}
+
+type seqCounter struct {
+	datestamp string
+	next      int64
+}
+
+// deliveryEngine sends batches to enabled http_post profiles. Its goroutines
+// are owned by the Server (started with spawn, stopped by Close).
+type deliveryEngine struct {
+	cfg     DeliveryConfig
+	now     func() time.Time
+	seed    int64
+	targets func() []deliveryTarget
+	target  func(id int64) (deliveryTarget, bool)
+	spawn   func(func(context.Context)) bool
+	client  *http.Client
+	log     *slog.Logger
+	runID   string
+
+	mu       sync.Mutex
+	faults   DeliveryFaults
+	faultRNG *mrand.Rand
+	stats    DeliveryStats
+	uuids    []string
+	profiles map[int64]*profileState
+	agents   map[string][]string // by environment ID
+	lanes    map[laneKey]*lane
+}
+
+func newDeliveryEngine(cfg DeliveryConfig, seed int64, now func() time.Time,
+	targets func() []deliveryTarget, target func(int64) (deliveryTarget, bool),
+	spawn func(func(context.Context)) bool) *deliveryEngine {
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 500
+	}
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = time.Second
+	}
+	if cfg.AgentsPerEnvironment <= 0 {
+		cfg.AgentsPerEnvironment = 3
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = 10 * time.Second
+	}
+	if cfg.Retention <= 0 {
+		cfg.Retention = 72 * time.Hour
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.TLSConfig != nil {
+			tc = cfg.TLSConfig.Clone()
+		}
+		if cfg.DevInsecureSkipVerify {
+			tc.InsecureSkipVerify = true // explicitly requested for local demos
+		}
+		tr.TLSClientConfig = tc
+		tr.MaxIdleConnsPerHost = 32
+		rt = tr
+	}
+	var nonce [3]byte
+	_, _ = rand.Read(nonce[:])
+	return &deliveryEngine{
+		cfg:      cfg,
+		now:      now,
+		seed:     seed,
+		targets:  targets,
+		target:   target,
+		spawn:    spawn,
+		client:   &http.Client{Transport: rt, Timeout: cfg.RequestTimeout},
+		log:      log,
+		runID:    hex.EncodeToString(nonce[:]),
+		faults:   cfg.Faults,
+		faultRNG: mrand.New(mrand.NewPCG(uint64(seed), 0xac4)),
+		profiles: map[int64]*profileState{},
+		agents:   map[string][]string{},
+		lanes:    map[laneKey]*lane{},
+	}
+}
+
+// agentsFor returns the agent IDs of an environment. IDs carry a per-run
+// nonce: a restarted simulator starts its seq_nums at 0 again, and fresh
+// agent IDs keep its batches from looking like replays of the old ones.
+func (e *deliveryEngine) agentsFor(envID string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if a, ok := e.agents[envID]; ok {
+		return a
+	}
+	h := seedHash(e.seed).s("agents").s(envID)
+	a := make([]string, e.cfg.AgentsPerEnvironment)
+	for i := range a {
+		pop := simPops[int(h.i(int64(i)).u()*float64(len(simPops)))].code
+		a[i] = fmt.Sprintf("%s-edge%02d-%s%x", pop, i+1, e.runID, i)
+	}
+	e.agents[envID] = a
+	return a
+}
+
+func (e *deliveryEngine) state(id int64) *profileState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ps, ok := e.profiles[id]
+	if !ok {
+		ps = &profileState{gen: newRecordGenerator(e.seed, id), seq: map[string]seqCounter{}}
+		e.profiles[id] = ps
+	}
+	return ps
+}
+
+// run is the engine's control loop: it generates steady-rate records,
+// flushes partial batches and stops the senders of profiles that are gone.
+func (e *deliveryEngine) run(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			e.stopLanes(func(laneKey) bool { return true })
+			return
+		case t := <-tick.C:
+			dt := t.Sub(last).Seconds()
+			last = t
+			e.step(ctx, dt, t)
+		}
+	}
+}
+
+func (e *deliveryEngine) step(ctx context.Context, dt float64, wall time.Time) {
+	targets := e.targets()
+	live := map[int64]bool{}
+	for _, tg := range targets {
+		live[tg.profile.ID] = true
+	}
+	e.stopLanes(func(k laneKey) bool { return !live[k.profileID] })
+	for _, tg := range targets {
+		ps := e.state(tg.profile.ID)
+		ps.mu.Lock()
+		if e.cfg.RecordsPerSecond > 0 {
+			rate := e.cfg.RecordsPerSecond
+			if d := tg.profile.DownsamplingPercent; d != nil {
+				rate *= *d / 100
+			}
+			ps.carry += rate * dt
+			n := int(ps.carry)
+			ps.carry -= float64(n)
+			if n > 0 && !slices.Equal(ps.shapeOf, tg.profile.Fields) {
+				// The profile's fields changed: ship what was made the old way.
+				e.flushLocked(ctx, tg, ps)
+			}
+			if n > 0 && len(ps.pending) == 0 {
+				ps.since = wall
+				ps.shape = shapeOf(tg.profile)
+				ps.shapeOf = slices.Clone(tg.profile.Fields)
+			}
+			now := e.now()
+			for range n {
+				ps.pending = append(ps.pending, ps.gen.record(ps.shape, tg.ctx, now))
+				if len(ps.pending) >= e.cfg.BatchSize {
+					e.flushLocked(ctx, tg, ps)
+					ps.since = wall
+				}
+			}
+		}
+		if len(ps.pending) > 0 && wall.Sub(ps.since) >= e.cfg.FlushInterval {
+			e.flushLocked(ctx, tg, ps)
+		}
+		ps.mu.Unlock()
+	}
+}
+
+// flushLocked seals ps.pending into a batch. ps.mu must be held.
+func (e *deliveryEngine) flushLocked(ctx context.Context, tg deliveryTarget, ps *profileState) {
+	if len(ps.pending) == 0 {
+		return
+	}
+	recs := ps.pending
+	ps.pending = nil
+	if err := e.sealLocked(ctx, tg, ps, ps.shape.keys, recs); err != nil {
+		e.log.Error("rtld delivery: sealing a batch failed", "profile_id", tg.profile.ID, "err", err)
+	}
+}
+
+// sealLocked assigns the next agent and its seq_num, encodes the batch and
+// queues it. ps.mu must be held, which keeps each agent's seq_nums in queue
+// order.
+func (e *deliveryEngine) sealLocked(ctx context.Context, tg deliveryTarget, ps *profileState, keys []string, recs []logRecord) error {
+	agents := e.agentsFor(tg.profile.EnvironmentID)
+	agent := agents[ps.next%len(agents)]
+	ps.next++
+	now := e.now().UTC()
+	day := now.Format("20060102")
+	c := ps.seq[agent]
+	if c.datestamp != day {
+		c = seqCounter{datestamp: day}
+	}
+	seq := c.next
+	c.next++
+	ps.seq[agent] = c
+	body, ctype, err := encodeBatch(tg.profile.Delivery.LogFormat, batchHeader{
+		AccountNumber: tg.ctx.accountNumber, AgentID: agent, Datestamp: day,
+		ProfileID: tg.profile.ID, SeqNum: seq,
+	}, keys, recs)
+	if err != nil {
+		return err
+	}
+	b := &deliveryBatch{profileID: tg.profile.ID, agentID: agent, datestamp: day, seq: seq,
+		body: body, contentType: ctype, records: len(recs), sealed: now}
+	e.mu.Lock()
+	e.stats.RecordsGenerated += int64(len(recs))
+	e.stats.Batches++
+	e.stats.PendingBatches++
+	for _, r := range recs {
+		e.uuids = append(e.uuids, r.uuid)
+	}
+	e.mu.Unlock()
+	e.laneFor(ctx, laneKey{tg.profile.ID, agent}).push(b)
+	return nil
+}
+
+// laneFor returns the lane of key, starting its sender when it is new.
+func (e *deliveryEngine) laneFor(_ context.Context, key laneKey) *lane {
+	e.mu.Lock()
+	l, ok := e.lanes[key]
+	if ok {
+		e.mu.Unlock()
+		return l
+	}
+	l = &lane{key: key, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	e.lanes[key] = l
+	e.mu.Unlock()
+	started := e.spawn(func(ctx context.Context) {
+		ctx, cancel := context.WithCancel(ctx)
+		l.mu.Lock()
+		l.cancel = cancel
+		l.mu.Unlock()
+		defer close(l.done)
+		defer cancel()
+		e.send(ctx, l)
+	})
+	if !started {
+		close(l.done)
+	}
+	return l
+}
+
+// stopLanes stops and forgets the lanes matching drop, counting their
+// unacknowledged batches as dropped.
+func (e *deliveryEngine) stopLanes(drop func(laneKey) bool) {
+	e.mu.Lock()
+	var stopped []*lane
+	for k, l := range e.lanes {
+		if drop(k) {
+			stopped = append(stopped, l)
+			delete(e.lanes, k)
+		}
+	}
+	e.mu.Unlock()
+	for _, l := range stopped {
+		l.mu.Lock()
+		if l.cancel != nil {
+			l.cancel()
+		}
+		l.mu.Unlock()
+	}
+	for _, l := range stopped {
+		// The sender may not have set cancel yet: keep cancelling until done.
+		for {
+			select {
+			case <-l.done:
+			case <-time.After(10 * time.Millisecond):
+				l.mu.Lock()
+				if l.cancel != nil {
+					l.cancel()
+				}
+				l.mu.Unlock()
+				continue
+			}
+			break
+		}
+		l.mu.Lock()
+		q := l.queue
+		l.queue = nil
+		l.mu.Unlock()
+		if len(q) == 0 {
+			continue
+		}
+		e.mu.Lock()
+		for _, b := range q {
+			e.stats.BatchesDropped++
+			e.stats.RecordsDropped += int64(b.records)
+			e.stats.PendingBatches--
+		}
+		e.mu.Unlock()
+	}
+}
+
+// send drains a lane in order: each batch is POSTed until it is
+// acknowledged or older than the retention.
+func (e *deliveryEngine) send(ctx context.Context, l *lane) {
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer timer.Stop()
+	for {
+		b := l.front()
+		if b == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.notify:
+				continue
+			}
+		}
+		if age := e.now().Sub(b.sealed); age > e.cfg.Retention {
+			l.pop()
+			e.mu.Lock()
+			e.stats.BatchesDropped++
+			e.stats.RecordsDropped += int64(b.records)
+			e.stats.PendingBatches--
+			e.mu.Unlock()
+			e.log.Warn("rtld delivery: batch dropped after retention", "profile_id", b.profileID,
+				"agent_id", b.agentID, "seq_num", b.seq, "records", b.records, "age", age)
+			continue
+		}
+		if tg, ok := e.target(b.profileID); ok && e.post(ctx, tg, b) {
+			l.pop()
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		timer.Reset(e.cfg.RetryInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// post sends b once and reports whether it is acknowledged. The destination
+// and credentials are read from the profile at each attempt, so a repaired
+// profile takes effect on the next retry; the body never changes.
+func (e *deliveryEngine) post(ctx context.Context, tg deliveryTarget, b *deliveryBatch) bool {
+	b.attempts++
+	e.mu.Lock()
+	e.stats.Attempts++
+	if b.attempts > 1 {
+		e.stats.Retries++
+	}
+	e.mu.Unlock()
+	err := e.do(ctx, tg, b)
+	if err == nil {
+		e.mu.Lock()
+		drop := e.faults.DropAckPercent > 0 && e.faultRNG.Float64()*100 < e.faults.DropAckPercent
+		if drop {
+			e.stats.AcksDropped++
+		} else {
+			e.stats.BatchesAcknowledged++
+			e.stats.RecordsAcknowledged += int64(b.records)
+			e.stats.PendingBatches--
+		}
+		e.mu.Unlock()
+		return !drop
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	e.mu.Lock()
+	e.stats.Failures++
+	e.mu.Unlock()
+	e.log.Debug("rtld delivery: attempt failed, will retry", "profile_id", b.profileID, "agent_id", b.agentID,
+		"seq_num", b.seq, "attempt", b.attempts, "err", err)
+	return false
+}
+
+func (e *deliveryEngine) do(ctx context.Context, tg deliveryTarget, b *deliveryBatch) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tg.profile.Delivery.DestinationEndpoint, nil)
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	body := b.body
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", b.contentType)
+	req.Header.Set("Content-Encoding", "gzip")
+	req.Header.Set("User-Agent", "edgepipe-platform-sim/rtld")
+	switch d := tg.profile.Delivery; d.AuthType {
+	case authHTTPBasic:
+		req.SetBasicAuth(d.Username, d.Password)
+	case authCustomAuthentication:
+		req.Header.Set("Authorization", d.Token)
+	}
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("post batch: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("post batch: %w", &deliveryStatusError{status: resp.StatusCode})
+	}
+	return nil
+}
+
+type deliveryStatusError struct{ status int }
+
+func (e *deliveryStatusError) Error() string { return fmt.Sprintf("destination answered %d", e.status) }
+
+// deliverRecords generates exactly n records for profile id now, seals them
+// into batches of BatchSize and queues them.
+func (e *deliveryEngine) deliverRecords(ctx context.Context, tg deliveryTarget, n int) error {
+	ps := e.state(tg.profile.ID)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	shape := shapeOf(tg.profile)
+	for n > 0 {
+		k := min(n, e.cfg.BatchSize)
+		now := e.now()
+		recs := make([]logRecord, k)
+		for i := range recs {
+			recs[i] = ps.gen.record(shape, tg.ctx, now)
+		}
+		if err := e.sealLocked(ctx, tg, ps, shape.keys, recs); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+func (e *deliveryEngine) snapshot() DeliveryStats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stats
+}
+
+func (e *deliveryEngine) generatedUUIDs() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.uuids)
+}
+
+func (e *deliveryEngine) setFaults(f DeliveryFaults) {
+	e.mu.Lock()
+	e.faults = f
+	e.mu.Unlock()
+}
+
+// errNoTarget is returned by DeliverRecords for a profile that is missing,
+// disabled or not http_post.
+var errNoTarget = errors.New("no enabled http_post profile with that ID")
