@@ -1,0 +1,122 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+func TestShardsAreDisjointAndCoverEverything(t *testing.T) {
+	envs := make([]string, 1000)
+	for i := range envs {
+		envs[i] = fmt.Sprintf("%08x-1111-4222-8333-%012x", i*7919, i)
+	}
+	owner := make(map[string]int)
+	sizes := make([]int, 3)
+	for idx := range 3 {
+		sh := Shard{Index: idx, Count: 3}
+		if err := sh.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range envs {
+			if sh.Owns(e) {
+				if prev, ok := owner[e]; ok {
+					t.Fatalf("%s owned by shards %d and %d", e, prev, idx)
+				}
+				owner[e] = idx
+				sizes[idx]++
+			}
+		}
+	}
+	if len(owner) != len(envs) {
+		t.Fatalf("%d of %d environments owned by some shard", len(owner), len(envs))
+	}
+	for i, n := range sizes {
+		if n < 250 || n > 420 {
+			t.Errorf("shard %d owns %d of 1000: badly balanced", i, n)
+		}
+	}
+	// Deterministic: FNV-1a-64 of the ID, not of anything process-local.
+	if got := ShardOf("a", 1<<30); got != int(0xaf63dc4c8601ec8c%(1<<30)) {
+		t.Errorf("ShardOf(a) = %d, not FNV-1a-64 mod count", got)
+	}
+}
+
+func TestShardValidate(t *testing.T) {
+	for _, sh := range []Shard{{0, 0}, {-1, 2}, {2, 2}} {
+		if sh.Validate() == nil {
+			t.Errorf("%+v accepted", sh)
+		}
+	}
+}
+
+type fakeAccounts struct {
+	props map[string][]string
+	envs  map[string][]string
+	fail  string
+}
+
+func (f *fakeAccounts) PropertyIDs(_ context.Context, org string) ([]string, error) {
+	if f.fail == org {
+		return nil, errors.New("503")
+	}
+	return f.props[org], nil
+}
+
+func (f *fakeAccounts) EnvironmentIDs(_ context.Context, prop string) ([]string, error) {
+	if f.fail == prop {
+		return nil, errors.New("503")
+	}
+	return f.envs[prop], nil
+}
+
+func TestDiscovery(t *testing.T) {
+	acc := &fakeAccounts{
+		props: map[string][]string{"org1": {"p1", "p2"}, "org2": {"p3"}},
+		envs:  map[string][]string{"p1": {"e1", "e2"}, "p2": {"e3"}, "p3": {"e4", "e1"}},
+	}
+	tests := []struct {
+		name   string
+		d      Discovery
+		want   []string
+		failOn string
+	}{
+		{"static only", Discovery{Static: []string{"s2", "s1", "s1"}}, []string{"s1", "s2"}, ""},
+		{"organizations and static", Discovery{Accounts: acc, Organizations: []string{"org1", "org2"}, Static: []string{"e2", "s1"}},
+			[]string{"e1", "e2", "e3", "e4", "s1"}, ""},
+		{"property listing fails", Discovery{Accounts: acc, Organizations: []string{"org1"}}, nil, "p2"},
+		{"organization listing fails", Discovery{Accounts: acc, Organizations: []string{"org2"}}, nil, "org2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			acc.fail = tc.failOn
+			got, err := tc.d.Environments(context.Background())
+			if tc.failOn != "" {
+				if err == nil {
+					t.Fatalf("got %v, want an error", got)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("got %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+	acc.fail = ""
+	// Sharded discovery: the shards' results partition the whole.
+	var union []string
+	for i := range 3 {
+		d := Discovery{Accounts: acc, Organizations: []string{"org1", "org2"}, Shard: Shard{Index: i, Count: 3}}
+		got, err := d.Environments(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		union = append(union, got...)
+	}
+	slices.Sort(union)
+	if !slices.Equal(union, []string{"e1", "e2", "e3", "e4"}) {
+		t.Errorf("union of shards %v", union)
+	}
+}

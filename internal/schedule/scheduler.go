@@ -1,0 +1,500 @@
+// Package schedule polls the Metrics API: one loop per dataset, aligned to
+// the poll interval, fetching every environment of the dataset in one query
+// (which the client splits into ceil(environments/20) requests) and handing
+// each new or revised bucket to the publishers (sinks).
+//
+// Correctness rests on the Tracker: per (dataset, environment) a
+// HighWaterMark, the end of the newest bucket range fetched successfully.
+// Each poll asks for [HighWaterMark − settle window, start of the current
+// bucket): a failed or slow poll leaves the mark where it was, so the next
+// one covers the gap, and buckets inside the settle window are compared
+// with what was published before, so a bucket is published once per change
+// and never counted twice. The bucket in progress is not fetched: its
+// values are partial, its ratios and percentiles noisy, and its end lies in
+// the future, which OTLP points and ClickHouse rows must not claim.
+package schedule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+)
+
+// Defaults of Config.
+const (
+	DefaultPollInterval      = time.Minute
+	DefaultDiscoveryInterval = 5 * time.Minute
+	DefaultConcurrency       = 4
+)
+
+// DefaultSettleWindow returns the settle window used when none is configured:
+// 30 minutes (6 buckets) for FIVE_MINUTES, 3 buckets for HOUR and DAY.
+func DefaultSettleWindow(g metricsapi.Granularity) time.Duration {
+	if g == metricsapi.FiveMinutes {
+		return 30 * time.Minute
+	}
+	return 3 * g.Duration()
+}
+
+// NamedPublisher is a sink with the name its errors are reported under.
+type NamedPublisher struct {
+	Name      string
+	Publisher Publisher
+}
+
+// Config configures a Scheduler. Datasets, Environments and Fetcher are
+// required; zero values elsewhere take the documented defaults.
+type Config struct {
+	Granularity metricsapi.Granularity // default FIVE_MINUTES
+	// PollInterval is how often each dataset is polled (default 1m). Polls
+	// are aligned to multiples of it (UTC), plus up to Jitter.
+	PollInterval time.Duration
+	// SettleWindow is how far before the HighWaterMark buckets are
+	// re-fetched for late data; rounded up to whole buckets (default
+	// DefaultSettleWindow).
+	SettleWindow time.Duration
+	// DiscoveryInterval is how often environments and dataset descriptors
+	// are listed again (default 5m).
+	DiscoveryInterval time.Duration
+	// Concurrency bounds the polls running at once across datasets
+	// (default 4).
+	Concurrency int
+	// Jitter is the largest random delay added to each aligned poll time,
+	// to spread load across instances; 0 means none.
+	Jitter time.Duration
+	// Datasets restricts polling to these dataset names; empty polls
+	// every dataset that offers Granularity.
+	Datasets []string
+
+	DatasetSource DatasetSource
+	Environments  EnvironmentSource
+	Fetcher       Fetcher
+	// Resume is optional; see ResumeSource.
+	Resume     ResumeSource
+	Publishers []NamedPublisher
+	Observer   Observer     // optional
+	Clock      Clock        // default RealClock
+	Logger     *slog.Logger // default slog.Default()
+	// Tracker is optional; a Scheduler creates its own when nil. Passing
+	// one lets a test inspect it or share it with a second Scheduler.
+	Tracker *Tracker
+}
+
+// Scheduler owns the poll loops, the discovery loop and the Tracker. Create
+// it with New and call Run once.
+type Scheduler struct {
+	cfg     Config
+	settle  time.Duration
+	log     *slog.Logger
+	obs     Observer
+	clock   Clock
+	tracker *Tracker
+	sem     chan struct{}
+
+	// loopsMu guards loops; it is held while loops stop, so a poll must
+	// never take it.
+	loopsMu sync.Mutex
+	loops   map[string]*loop
+
+	// envChange is held for writing while the environment set changes
+	// (tracker and watchers) and for reading while a poll applies,
+	// publishes and commits its result, so a poll that started before a
+	// change never publishes or records a vanished environment.
+	envChange sync.RWMutex
+
+	mu       sync.Mutex
+	envs     []string
+	active   map[string]*metricsapi.Dataset // the descriptor each running loop polls
+	ready    bool
+	polledOK map[string]bool
+}
+
+type loop struct {
+	ds     *metricsapi.Dataset
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New checks cfg and returns a Scheduler.
+func New(cfg Config) (*Scheduler, error) {
+	if cfg.DatasetSource == nil || cfg.Environments == nil || cfg.Fetcher == nil {
+		return nil, errors.New("schedule: DatasetSource, Environments and Fetcher are required")
+	}
+	if cfg.Granularity == "" {
+		cfg.Granularity = metricsapi.FiveMinutes
+	}
+	if cfg.Granularity.Duration() == 0 {
+		return nil, fmt.Errorf("schedule: unknown granularity %q", cfg.Granularity)
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.SettleWindow <= 0 {
+		cfg.SettleWindow = DefaultSettleWindow(cfg.Granularity)
+	}
+	if cfg.DiscoveryInterval <= 0 {
+		cfg.DiscoveryInterval = DefaultDiscoveryInterval
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Tracker == nil {
+		cfg.Tracker = NewTracker()
+	}
+	for _, p := range cfg.Publishers {
+		if p.Publisher == nil || p.Name == "" {
+			return nil, errors.New("schedule: every publisher needs a name and a Publisher")
+		}
+	}
+	d := cfg.Granularity.Duration()
+	settle := (cfg.SettleWindow + d - 1) / d * d
+	return &Scheduler{
+		cfg:      cfg,
+		settle:   settle,
+		log:      cfg.Logger,
+		obs:      cfg.Observer,
+		clock:    cfg.Clock,
+		tracker:  cfg.Tracker,
+		sem:      make(chan struct{}, cfg.Concurrency),
+		loops:    make(map[string]*loop),
+		active:   make(map[string]*metricsapi.Dataset),
+		polledOK: make(map[string]bool),
+	}, nil
+}
+
+// SettleWindow returns the settle window in effect (whole buckets).
+func (s *Scheduler) SettleWindow() time.Duration { return s.settle }
+
+// Tracker returns the scheduler's Tracker.
+func (s *Scheduler) Tracker() *Tracker { return s.tracker }
+
+// Ready reports whether discovery has succeeded and every dataset polled
+// has completed at least one successful poll.
+func (s *Scheduler) Ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready
+}
+
+// Environments returns the environments currently served.
+func (s *Scheduler) Environments() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.envs)
+}
+
+// Run discovers environments and datasets, runs one poll loop per dataset
+// and rediscovers every DiscoveryInterval, until ctx is done. It returns
+// after every loop has stopped. Discovery failures are retried; Run itself
+// only returns ctx's error.
+func (s *Scheduler) Run(ctx context.Context) error {
+	defer s.stopAll()
+	backoff := time.Second
+	for {
+		if err := s.discover(ctx); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.log.Error("discovery failed", "err", err, "retry_in", backoff)
+			if s.clock.Sleep(ctx, backoff) != nil {
+				return ctx.Err()
+			}
+			backoff = min(2*backoff, s.cfg.DiscoveryInterval)
+			continue
+		}
+		backoff = time.Second
+		if s.clock.Sleep(ctx, s.cfg.DiscoveryInterval) != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// discover lists environments and datasets and reconciles the loops:
+// new datasets start, vanished ones stop, changed descriptors restart
+// (the Tracker keeps their state, so nothing is counted twice).
+func (s *Scheduler) discover(ctx context.Context) error {
+	envs, err := s.cfg.Environments.Environments(ctx)
+	if err != nil {
+		return fmt.Errorf("discover environments: %w", err)
+	}
+	envs = slices.Clone(envs)
+	slices.Sort(envs)
+	envs = slices.Compact(envs)
+	datasets, err := s.cfg.DatasetSource.Datasets(ctx)
+	if err != nil {
+		return fmt.Errorf("list datasets: %w", err)
+	}
+
+	s.mu.Lock()
+	changed := !slices.Equal(s.envs, envs) || s.envs == nil
+	s.mu.Unlock()
+	if changed {
+		s.envChange.Lock()
+		s.mu.Lock()
+		s.envs = envs
+		s.mu.Unlock()
+		s.tracker.Retain(envs)
+		for _, p := range s.cfg.Publishers {
+			if w, ok := p.Publisher.(EnvironmentWatcher); ok {
+				w.SetEnvironments(slices.Clone(envs))
+			}
+		}
+		s.envChange.Unlock()
+		s.log.Info("environments discovered", "count", len(envs))
+	}
+
+	want := make(map[string]*metricsapi.Dataset)
+	for i := range datasets {
+		ds := &datasets[i]
+		if len(s.cfg.Datasets) > 0 && !slices.Contains(s.cfg.Datasets, ds.Name) {
+			continue
+		}
+		if !ds.Supports(s.cfg.Granularity) {
+			s.log.Warn("dataset does not offer the granularity; not polled", "dataset", ds.Name, "granularity", s.cfg.Granularity)
+			continue
+		}
+		want[ds.Name] = ds
+	}
+	s.loopsMu.Lock()
+	defer s.loopsMu.Unlock()
+	for name, l := range s.loops {
+		if nd, ok := want[name]; ok && sameDescriptor(l.ds, nd) {
+			continue
+		}
+		l.cancel()
+		<-l.done
+		delete(s.loops, name)
+		s.mu.Lock()
+		delete(s.active, name)
+		delete(s.polledOK, name)
+		s.mu.Unlock()
+		if _, ok := want[name]; !ok {
+			s.log.Info("dataset gone; loop stopped", "dataset", name)
+		} else {
+			s.log.Info("dataset descriptor changed; loop restarted", "dataset", name)
+		}
+	}
+	for name, ds := range want {
+		if _, ok := s.loops[name]; ok {
+			continue
+		}
+		s.startLoopLocked(ctx, ds)
+	}
+	s.mu.Lock()
+	s.updateReadyLocked()
+	s.mu.Unlock()
+	return nil
+}
+
+// startLoopLocked starts the poll loop of ds; s.loopsMu must be held.
+func (s *Scheduler) startLoopLocked(ctx context.Context, ds *metricsapi.Dataset) {
+	lctx, cancel := context.WithCancel(ctx)
+	l := &loop{ds: ds, cancel: cancel, done: make(chan struct{})}
+	s.loops[ds.Name] = l
+	s.mu.Lock()
+	s.active[ds.Name] = ds
+	s.mu.Unlock()
+	go func() {
+		defer close(l.done)
+		s.runLoop(lctx, ds)
+	}()
+}
+
+func (s *Scheduler) updateReadyLocked() {
+	ready := len(s.active) > 0
+	for name := range s.active {
+		if !s.polledOK[name] {
+			ready = false
+		}
+	}
+	s.ready = ready
+}
+
+// RestartLoop stops the poll loop of dataset and starts it again with the
+// same descriptor. It exists for operations and tests; the Tracker keeps
+// the loop's state, so the restarted loop neither skips nor repeats a
+// bucket. It returns false when no such loop runs.
+func (s *Scheduler) RestartLoop(ctx context.Context, dataset string) bool {
+	s.loopsMu.Lock()
+	defer s.loopsMu.Unlock()
+	l, ok := s.loops[dataset]
+	if !ok {
+		return false
+	}
+	l.cancel()
+	<-l.done
+	s.startLoopLocked(ctx, l.ds)
+	return true
+}
+
+func (s *Scheduler) stopAll() {
+	s.loopsMu.Lock()
+	defer s.loopsMu.Unlock()
+	for _, l := range s.loops {
+		l.cancel()
+	}
+	for name, l := range s.loops {
+		<-l.done
+		delete(s.loops, name)
+	}
+	s.mu.Lock()
+	clear(s.active)
+	s.ready = false
+	s.mu.Unlock()
+}
+
+// runLoop polls ds now and then at every multiple of the poll interval
+// (plus jitter) until ctx is done. A poll that overruns simply makes the
+// loop skip the ticks it missed: the HighWaterMark covers the gap.
+func (s *Scheduler) runLoop(ctx context.Context, ds *metricsapi.Dataset) {
+	for {
+		s.pollOnce(ctx, ds)
+		if ctx.Err() != nil {
+			return
+		}
+		now := s.clock.Now()
+		next := now.Truncate(s.cfg.PollInterval).Add(s.cfg.PollInterval)
+		if s.cfg.Jitter > 0 {
+			next = next.Add(rand.N(s.cfg.Jitter))
+		}
+		if s.clock.Sleep(ctx, next.Sub(now)) != nil {
+			return
+		}
+	}
+}
+
+// pollOnce runs one poll of ds under the concurrency bound.
+func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-s.sem }()
+	r := s.Poll(ctx, ds)
+	if r.Err != nil && ctx.Err() != nil {
+		return // shutting down: not a failure worth reporting
+	}
+	s.obs.ObservePoll(r)
+	if r.Err != nil {
+		s.log.Warn("poll failed; the next poll covers the gap", "dataset", ds.Name, "err", r.Err,
+			"from", r.From, "to", r.To)
+		return
+	}
+	s.log.Debug("polled", "dataset", ds.Name, "from", r.From, "to", r.To, "envs", r.Environments,
+		"requests", r.Requests, "rows", r.Rows, "new", r.New, "revisions", r.Revisions, "took", r.Duration)
+	s.mu.Lock()
+	if s.active[ds.Name] == ds {
+		s.polledOK[ds.Name] = true
+		s.updateReadyLocked()
+	}
+	s.mu.Unlock()
+}
+
+// Poll runs one poll of ds for the current environments and publishes what
+// changed. Run's loops call it; it is exported so callers that drive their
+// own timing (tests, one-shot tools) can use the same logic.
+func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport {
+	start := s.clock.Now()
+	g := s.cfg.Granularity
+	r := PollReport{Dataset: ds.Name, Start: start}
+	envs := s.Environments()
+	r.Environments = len(envs)
+	if len(envs) == 0 {
+		return r
+	}
+	to := g.Truncate(start)
+	var notBefore time.Time
+	if ret := ds.Retention.For(g); ret > 0 {
+		// A bucket older than the retention is gone; one bucket of margin
+		// keeps the range clear of the boundary.
+		notBefore = g.Truncate(start.Add(-ret)).Add(g.Duration())
+	}
+	if s.cfg.Resume != nil {
+		if need := s.tracker.needResume(ds.Name, envs); len(need) > 0 {
+			points, err := s.cfg.Resume.Resume(ctx, ds.Name, g, need)
+			if err != nil {
+				if ctx.Err() != nil {
+					r.Err = ctx.Err()
+					return r
+				}
+				s.log.Warn("resume points unavailable; starting these environments at the settle window",
+					"dataset", ds.Name, "environments", len(need), "err", err)
+				points = nil
+			}
+			s.tracker.setResume(ds.Name, need, points)
+		}
+	}
+	floors := s.tracker.floors(ds.Name, envs, to, s.settle, notBefore)
+	from := to
+	for _, f := range floors {
+		if f.Before(from) {
+			from = f
+		}
+	}
+	r.From, r.To = from, to
+	if !from.Before(to) {
+		return r
+	}
+	res, err := s.cfg.Fetcher.Data(ctx, metricsapi.Query{
+		Dataset:      ds.Name,
+		Environments: envs,
+		Granularity:  g,
+		Start:        from,
+		End:          to,
+	})
+	if res != nil {
+		r.Requests = res.Requests
+	}
+	if err != nil {
+		r.Err = fmt.Errorf("fetch %s [%s, %s) for %d environments: %w", ds.Name,
+			from.Format(time.RFC3339), to.Format(time.RFC3339), len(envs), err)
+		r.Duration = s.clock.Now().Sub(start)
+		return r
+	}
+	s.envChange.RLock()
+	defer s.envChange.RUnlock()
+	pr := s.tracker.apply(ds.Name, res, floors, to)
+	r.Rows, r.New, r.Revisions = pr.rows, pr.newOnes, pr.revisions
+	if !pr.newest.IsZero() {
+		r.NewestBucketEnd = pr.newest.Add(g.Duration())
+	}
+	if len(pr.updates) > 0 {
+		b := &Batch{Dataset: ds, Granularity: g, Labels: res.Labels, Metrics: res.Metrics, Updates: pr.updates}
+		for _, p := range s.cfg.Publishers {
+			if err := p.Publisher.Publish(ctx, b); err != nil {
+				s.obs.ObservePublishError(ds.Name, p.Name, err)
+				s.log.Error("publish failed", "dataset", ds.Name, "sink", p.Name, "err", err)
+			}
+		}
+	}
+	s.tracker.commit(ds.Name, envs, to, s.settle)
+	r.Duration = s.clock.Now().Sub(start)
+	return r
+}
+
+// sameDescriptor reports whether two descriptors would be polled and
+// published alike.
+func sameDescriptor(a, b *metricsapi.Dataset) bool {
+	return a.Name == b.Name &&
+		slices.Equal(a.Dimensions, b.Dimensions) &&
+		slices.Equal(a.Metrics, b.Metrics) &&
+		slices.Equal(a.TimeGranularities, b.TimeGranularities) &&
+		a.Retention == b.Retention
+}
