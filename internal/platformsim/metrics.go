@@ -1,0 +1,625 @@
+package platformsim
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/go-chi/chi/v5"
+)
+
+const metricsBase = "/metrics/v1"
+
+func (s *Server) routeMetrics(r chi.Router) {
+	r.Group(func(r chi.Router) {
+		r.Use(s.requireScope(ScopeMetrics))
+		r.Get(metricsBase+"/datasets", s.handleDatasets)
+		r.Get(metricsBase+"/datasets/{name}", s.handleDataset)
+		r.Post(metricsBase+"/datasets/{name}/data", s.handleData)
+	})
+}
+
+func (s *Server) handleDatasets(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"@id":   metricsBase + "/datasets",
+		"@type": "Collection",
+		"items": s.datasets,
+	})
+}
+
+func (s *Server) handleDataset(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	d, ok := s.dsByName[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, "not_found", "Not Found", fmt.Sprintf("No dataset named %q.", name), detail("name", "unknown dataset"))
+		return
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// dataQuery is a validated data request.
+type dataQuery struct {
+	ds         *datasetDesc
+	dims       []string
+	metrics    []string
+	filters    map[string][]string
+	envIdx     []int
+	start, end time.Time
+	g          metricsapi.Granularity
+	gSent      string
+	echo       map[string]any
+}
+
+// defaultGranularity implements "without time_granularity the API picks the
+// broadest one allowed for the range": the coarsest granularity whose longest
+// range holds the range and whose bucket is not longer than the range;
+// FIVE_MINUTES for ranges under five minutes. ok is false when the range is
+// longer than any granularity allows (60 days).
+func defaultGranularity(d time.Duration) (metricsapi.Granularity, bool) {
+	if d > metricsapi.Day.MaxRange() {
+		return "", false
+	}
+	for i := len(metricsapi.Granularities) - 1; i >= 0; i-- {
+		g := metricsapi.Granularities[i]
+		if d <= g.MaxRange() && d >= g.Duration() {
+			return g, true
+		}
+	}
+	return metricsapi.FiveMinutes, true
+}
+
+func stringArray(raw json.RawMessage, source string, add func(source, desc string)) ([]string, bool) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
+		add(source, "must be an array of strings")
+		return nil, false
+	}
+	out := make([]string, 0, len(items))
+	ok := true
+	for i, it := range items {
+		var v string
+		if err := json.Unmarshal(it, &v); err != nil || bytes.Equal(bytes.TrimSpace(it), []byte("null")) {
+			add(fmt.Sprintf("%s[%d]", source, i), "must be a string, got "+string(it))
+			ok = false
+			continue
+		}
+		out = append(out, v)
+	}
+	return out, ok
+}
+
+func parseTime(raw json.RawMessage) (time.Time, error) {
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return time.Time{}, errors.New("must be an ISO 8601 date-time string")
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not an ISO 8601 date-time such as 2026-11-23T04:05:00Z", v)
+	}
+	return t.UTC(), nil
+}
+
+// parseQuery validates a data request body for dataset ds. It returns the
+// query or every problem found as ErrorDetails.
+func (s *Server) parseQuery(ds *datasetDesc, body []byte) (*dataQuery, []ErrorDetail) {
+	var details []ErrorDetail
+	add := func(source, desc string) { details = append(details, detail(source, desc)) }
+	var top map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&top); err != nil || top == nil {
+		msg := "the body must be a JSON object"
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		add("body", msg)
+		return nil, details
+	}
+	if dec.More() {
+		add("body", "unexpected data after the JSON object")
+		return nil, details
+	}
+	q := &dataQuery{ds: ds, filters: map[string][]string{}, echo: map[string]any{}}
+	known := map[string]bool{"date_range": true, "dimensions": true, "metrics": true, "filters": true, "time_granularity": true}
+	var keys []string
+	for k := range top {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !known[k] {
+			add(k, "unknown property (property names are case-sensitive): expected date_range, dimensions, metrics, filters, time_granularity")
+		}
+	}
+
+	// metrics
+	if raw, ok := top["metrics"]; !ok || isNull(raw) {
+		add("metrics", "required: a non-empty array of metric names")
+	} else if ms, ok := stringArray(raw, "metrics", add); ok {
+		if len(ms) == 0 {
+			add("metrics", "must not be empty")
+		}
+		seen := map[string]bool{}
+		for i, m := range ms {
+			switch {
+			case ds.metricI[m] == 0 && (len(ds.Metrics) == 0 || ds.Metrics[0].Name != m):
+				add(fmt.Sprintf("metrics[%d]", i), fmt.Sprintf("unknown metric %q of dataset %s", m, ds.Name))
+			case seen[m]:
+				add(fmt.Sprintf("metrics[%d]", i), fmt.Sprintf("metric %q is listed twice", m))
+			}
+			seen[m] = true
+		}
+		q.metrics = ms
+		q.echo["metrics"] = ms
+	}
+
+	// dimensions
+	if raw, ok := top["dimensions"]; ok && !isNull(raw) {
+		if dims, ok := stringArray(raw, "dimensions", add); ok {
+			seen := map[string]bool{}
+			for i, d := range dims {
+				if _, ok := ds.dimI[d]; !ok {
+					add(fmt.Sprintf("dimensions[%d]", i), fmt.Sprintf("unknown dimension %q of dataset %s", d, ds.Name))
+				} else if seen[d] {
+					add(fmt.Sprintf("dimensions[%d]", i), fmt.Sprintf("dimension %q is listed twice", d))
+				}
+				seen[d] = true
+			}
+			q.dims = dims
+			q.echo["dimensions"] = dims
+		}
+	} else {
+		q.echo["dimensions"] = []string{}
+	}
+
+	// filters
+	if raw, ok := top["filters"]; !ok || isNull(raw) {
+		add("filters", "required: an object with at least the environment_id filter")
+	} else {
+		var fm map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &fm); err != nil {
+			add("filters", "must be an object whose values are arrays of strings")
+		} else {
+			names := make([]string, 0, len(fm))
+			for k := range fm {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			for _, k := range names {
+				src := "filters." + k
+				if _, ok := ds.filterI[k]; !ok {
+					add(src, fmt.Sprintf("unknown filter %q of dataset %s", k, ds.Name))
+					continue
+				}
+				vals, ok := stringArray(fm[k], src, add)
+				if !ok {
+					continue
+				}
+				switch {
+				case len(vals) == 0:
+					add(src, "must hold at least one value")
+					continue
+				case len(vals) > metricsapi.MaxFilterValues:
+					add(src, fmt.Sprintf("holds %d values; at most %d are allowed", len(vals), metricsapi.MaxFilterValues))
+					continue
+				}
+				if k == "http_status_code" {
+					for i, v := range vals {
+						if n, err := strconv.Atoi(v); err != nil || n < 100 || n > 599 {
+							add(fmt.Sprintf("%s[%d]", src, i), fmt.Sprintf("%q is not an HTTP status code", v))
+						}
+					}
+				}
+				if k == "environment_id" {
+					for i, v := range vals {
+						idx, ok := s.world.envByID[v]
+						if !ok {
+							add(fmt.Sprintf("%s[%d]", src, i), fmt.Sprintf("unknown environment ID %q", v))
+							continue
+						}
+						q.envIdx = append(q.envIdx, idx)
+					}
+				}
+				q.filters[k] = vals
+			}
+			if _, ok := fm["environment_id"]; !ok {
+				add("filters.environment_id", "the environment_id filter is required")
+			}
+			q.echo["filters"] = q.filters
+		}
+	}
+
+	// date_range
+	rangeOK := false
+	if raw, ok := top["date_range"]; !ok || isNull(raw) {
+		add("date_range", "required: an object with start and end")
+	} else {
+		var dr map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &dr); err != nil || dr == nil {
+			add("date_range", "must be an object with start and end")
+		} else {
+			okS, okE := false, false
+			if v, ok := dr["start"]; !ok || isNull(v) {
+				add("date_range.start", "required")
+			} else if t, err := parseTime(v); err != nil {
+				add("date_range.start", err.Error())
+			} else {
+				q.start, okS = t, true
+			}
+			if v, ok := dr["end"]; !ok || isNull(v) {
+				add("date_range.end", "required")
+			} else if t, err := parseTime(v); err != nil {
+				add("date_range.end", err.Error())
+			} else {
+				q.end, okE = t, true
+			}
+			for k := range dr {
+				if k != "start" && k != "end" {
+					add("date_range."+k, "unknown property")
+				}
+			}
+			if okS && okE {
+				if !q.start.Before(q.end) {
+					add("date_range", "start must be before end (start inclusive, end exclusive)")
+				} else {
+					rangeOK = true
+				}
+				q.echo["date_range"] = map[string]string{"start": ts(q.start), "end": ts(q.end)}
+			}
+		}
+	}
+
+	// time_granularity
+	gOK := true
+	if raw, ok := top["time_granularity"]; ok && !isNull(raw) {
+		var v string
+		if err := json.Unmarshal(raw, &v); err != nil {
+			add("time_granularity", "must be one of FIVE_MINUTES, HOUR, DAY")
+			gOK = false
+		} else {
+			switch g := metricsapi.Granularity(v); g {
+			case metricsapi.FiveMinutes, metricsapi.Hour, metricsapi.Day:
+				q.g, q.gSent = g, v
+				q.echo["time_granularity"] = v
+			default:
+				add("time_granularity", fmt.Sprintf("%q is not one of FIVE_MINUTES, HOUR, DAY", v))
+				gOK = false
+			}
+		}
+	}
+	if rangeOK && gOK {
+		d := q.end.Sub(q.start)
+		if q.g == "" {
+			g, ok := defaultGranularity(d)
+			if !ok {
+				add("date_range", fmt.Sprintf("the range of %s is longer than any granularity allows (DAY: at most 60 days)", d))
+			}
+			q.g = g
+		} else if d > q.g.MaxRange() {
+			add("date_range", fmt.Sprintf("the range of %s is longer than %s allows (at most %s)", d, q.g, human(q.g.MaxRange())))
+		}
+	}
+	if len(details) > 0 {
+		return q, details
+	}
+	return q, nil
+}
+
+func human(d time.Duration) string {
+	if d%(24*time.Hour) == 0 {
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	}
+	return d.String()
+}
+
+func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
+
+func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "name")
+	ds, ok := s.dsByName[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, "not_found", "Not Found", fmt.Sprintf("No dataset named %q.", name), detail("name", "unknown dataset"))
+		return
+	}
+	at := s.now()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "Bad Request", "Could not read the request body.", detail("body", err.Error()))
+		return
+	}
+	q, details := s.parseQuery(ds, body)
+	rec := DataRequest{Dataset: name, At: at}
+	if q != nil {
+		rec.Environments = q.filters["environment_id"]
+		rec.Start, rec.End = q.start, q.end
+		rec.Granularity, rec.GranularitySent = q.g, q.gSent
+		rec.Dimensions, rec.Metrics = q.dims, q.metrics
+		rec.Filters = q.filters
+	}
+	if details != nil {
+		rec.Status = http.StatusBadRequest
+		s.recordData(rec)
+		writeError(w, http.StatusBadRequest, "invalid_query", "Bad Request",
+			fmt.Sprintf("The data request for dataset %s is invalid: %s.", name, details[0].Description), details...)
+		return
+	}
+	fields, rows := s.execute(q, at)
+	rec.Status, rec.Rows = http.StatusOK, len(rows)
+	s.recordData(rec)
+	writeJSON(w, http.StatusOK, map[string]any{
+		"@id":         metricsBase + "/datasets/" + name + "/data",
+		"@type":       "MetricsData",
+		"data_fields": fields,
+		"data_rows":   rows,
+		"request":     q.echo,
+		"created_at":  at.Format(time.RFC3339),
+	})
+}
+
+type dataField struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	DataType    string `json:"data_type"`
+}
+
+type group struct {
+	t      time.Time
+	env    int
+	labels []string
+	cell   cell
+}
+
+// buckets lists the bucket starts of g in [start, end) that have started at
+// at and are within retention.
+func buckets(g metricsapi.Granularity, start, end, at time.Time) []time.Time {
+	d := g.Duration()
+	first := g.Truncate(start)
+	if first.Before(start) {
+		first = first.Add(d)
+	}
+	var keep time.Duration
+	switch g {
+	case metricsapi.FiveMinutes:
+		keep = retentionFiveMinutes * time.Second
+	case metricsapi.Hour:
+		keep = retentionHour * time.Second
+	default:
+		keep = retentionDay * time.Second
+	}
+	oldest := at.Add(-keep)
+	var out []time.Time
+	for t := first; t.Before(end) && !t.After(at); t = t.Add(d) {
+		if t.Add(d).Before(oldest) {
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// execute computes the response rows of a valid query at time at.
+//
+// Aggregation of dimensions left out of the request: counts are summed;
+// ratios are recomputed from the summed counts; per-second rates are summed
+// counts over the seconds covered (the bucket, or without the time dimension
+// every bucket of the range that has started); percentiles are the
+// traffic-weighted mean of the leaves' percentiles (weights: edge requests
+// for edge latencies, origin requests for origin latencies), which keeps them
+// ordered by P and response time ≥ TTFB.
+func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]any) {
+	ds := q.ds
+	var fields []dataField
+	for _, d := range q.dims {
+		dd := ds.Dimensions[ds.dimI[d]]
+		fields = append(fields, dataField{Name: d, Description: dd.Description, DataType: dd.Type})
+	}
+	for _, m := range q.metrics {
+		md := ds.Metrics[ds.metricI[m]]
+		fields = append(fields, dataField{Name: m, Description: md.Description, DataType: md.Type})
+	}
+	// Optional filters by label position.
+	type lf struct {
+		pos  int
+		vals map[string]bool
+	}
+	var lfs []lf
+	for name, vals := range q.filters {
+		if name == "environment_id" {
+			continue
+		}
+		for i, l := range ds.labels {
+			if l == name {
+				set := map[string]bool{}
+				for _, v := range vals {
+					set[v] = true
+				}
+				lfs = append(lfs, lf{i, set})
+			}
+		}
+	}
+	withTime, withEnv := false, false
+	var labelPos []int // label index per requested non-time, non-env dimension
+	for _, d := range q.dims {
+		switch d {
+		case "time":
+			withTime = true
+		case "environment_id":
+			withEnv = true
+		default:
+			for i, l := range ds.labels {
+				if l == d {
+					labelPos = append(labelPos, i)
+				}
+			}
+		}
+	}
+	bs := buckets(q.g, q.start, q.end, at)
+	groups := map[string]*group{}
+	var order []string
+	seen := map[int]bool{}
+	var kb strings.Builder
+	for _, env := range q.envIdx {
+		if seen[env] { // a repeated environment counts once
+			continue
+		}
+		seen[env] = true
+		for _, t := range bs {
+			b := s.bucket(env, q.g, t, at)
+		leaves:
+			for _, lv := range b.leaves(ds.Name) {
+				for _, f := range lfs {
+					if !f.vals[lv.labels[f.pos]] {
+						continue leaves
+					}
+				}
+				kb.Reset()
+				if withTime {
+					kb.WriteString(strconv.FormatInt(t.Unix(), 10))
+				}
+				kb.WriteByte(0)
+				if withEnv {
+					kb.WriteString(strconv.Itoa(env))
+				}
+				for _, p := range labelPos {
+					kb.WriteByte(0)
+					kb.WriteString(lv.labels[p])
+				}
+				key := kb.String()
+				g := groups[key]
+				if g == nil {
+					g = &group{t: t, env: env}
+					for _, p := range labelPos {
+						g.labels = append(g.labels, lv.labels[p])
+					}
+					groups[key] = g
+					order = append(order, key)
+				}
+				g.cell.add(&lv.cell)
+			}
+		}
+	}
+	seconds := q.g.Duration().Seconds()
+	if !withTime {
+		seconds *= float64(len(bs))
+	}
+	rows := make([][]any, 0, len(order))
+	for _, key := range order {
+		g := groups[key]
+		asStrings := s.cfg.Numbers == NumbersAsStrings ||
+			(s.cfg.Numbers == NumbersMixed && s.hash.s("strings").s(key).u() < 1.0/7)
+		num := func(v string) any {
+			if asStrings {
+				return v
+			}
+			return json.Number(v)
+		}
+		row := make([]any, 0, len(fields))
+		li := 0
+		for _, d := range q.dims {
+			switch d {
+			case "time":
+				row = append(row, g.t.UTC().Format(time.RFC3339))
+			case "environment_id":
+				row = append(row, s.world.envs[g.env].ID)
+			default:
+				v := g.labels[li]
+				li++
+				if ds.Dimensions[ds.dimI[d]].Type == "NUMBER" {
+					row = append(row, num(v))
+				} else {
+					row = append(row, v)
+				}
+			}
+		}
+		for _, m := range q.metrics {
+			row = append(row, num(formatNumber(m, g.cell.value(m, seconds))))
+		}
+		rows = append(rows, row)
+	}
+	s.mu.Lock()
+	seed := s.rng.Uint64()
+	s.mu.Unlock()
+	rand.New(rand.NewPCG(seed, 7)).Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
+	return fields, rows
+}
+
+// DatasetNames lists the six datasets in descriptor order.
+func (s *Server) DatasetNames() []string {
+	out := make([]string, len(s.datasets))
+	for i, d := range s.datasets {
+		out[i] = d.Name
+	}
+	return out
+}
+
+// DatasetLabels returns the label dimensions (all but time and
+// environment_id) of a dataset in descriptor order: the order of Row.Labels
+// from Rows.
+func (s *Server) DatasetLabels(dataset string) []string {
+	if d, ok := s.dsByName[dataset]; ok {
+		return append([]string(nil), d.labels...)
+	}
+	return nil
+}
+
+// DatasetMetrics returns the metric names of a dataset in descriptor order:
+// the order of Row.Values from Rows.
+func (s *Server) DatasetMetrics(dataset string) []string {
+	d, ok := s.dsByName[dataset]
+	if !ok {
+		return nil
+	}
+	out := make([]string, len(d.Metrics))
+	for i, m := range d.Metrics {
+		out[i] = m.Name
+	}
+	return out
+}
+
+// Rows is the ground truth for tests: exactly the rows the data endpoint
+// returns, with every dimension and every metric requested, for one
+// environment, granularity g and range [start, end), asked at time at (for
+// the late-data effect). Labels follow DatasetLabels, Values DatasetMetrics,
+// values rounded exactly as on the wire. Rows are sorted by time, then labels.
+func (s *Server) Rows(dataset, env string, g metricsapi.Granularity, start, end, at time.Time) ([]metricsapi.Row, error) {
+	ds, ok := s.dsByName[dataset]
+	if !ok {
+		return nil, fmt.Errorf("platformsim: unknown dataset %q", dataset)
+	}
+	idx, ok := s.world.envByID[env]
+	if !ok {
+		return nil, fmt.Errorf("platformsim: unknown environment %q", env)
+	}
+	if g.Duration() == 0 {
+		return nil, fmt.Errorf("platformsim: unknown granularity %q", g)
+	}
+	metrics := s.DatasetMetrics(dataset)
+	var out []metricsapi.Row
+	for _, t := range buckets(g, start.UTC(), end.UTC(), at.UTC()) {
+		b := s.bucket(idx, g, t, at.UTC())
+		for _, lv := range b.leaves(ds.Name) {
+			row := metricsapi.Row{Time: t, Environment: env, Labels: lv.labels, Values: make([]float64, len(metrics))}
+			for i, m := range metrics {
+				v, _ := strconv.ParseFloat(formatNumber(m, lv.cell.value(m, g.Duration().Seconds())), 64)
+				row.Values[i] = v
+			}
+			out = append(out, row)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Time.Equal(out[j].Time) {
+			return out[i].Time.Before(out[j].Time)
+		}
+		return strings.Join(out[i].Labels, "\x00") < strings.Join(out[j].Labels, "\x00")
+	})
+	return out, nil
+}

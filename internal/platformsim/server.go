@@ -1,0 +1,390 @@
+// Package platformsim simulates the CDN platform's management API for tests,
+// demos and `--simulate`: the OAuth2 token endpoint, the accounts service
+// (organizations, properties, environments) and the metrics service (six
+// datasets with deterministic, realistic data, late data and request
+// validation), with optional faults (429, 5xx, latency).
+//
+// Quick use:
+//
+//	srv := platformsim.New(platformsim.Config{Seed: 1})
+//	base, err := srv.Start("127.0.0.1:0") // auth_url = api_url = base
+//	defer srv.Close()
+//
+// or mount srv.Handler() in an httptest.Server (then call srv.Close when done
+// to stop background work).
+//
+// # Notes for the RTLD part (files rtld*.go and delivery*.go)
+//
+// Everything below is unexported and meant for code in this package:
+//
+//   - routeRTLD(r chi.Router) in rtld.go is called once from New while the
+//     router is built; r is the root router, so register full paths
+//     ("/rtld/v1/..."). Wrap handlers with s.requireScope(scopeRTLD), which
+//     checks the bearer token (401 Error object otherwise) and applies the
+//     configured faults; stats are recorded for every route automatically.
+//   - writeError(w, status, code, title, description, details...) writes the
+//     spec's Error object; ErrorDetail is its details[] item. writeJSON(w,
+//     status, v) writes any other body.
+//   - s.environment(id) (Environment, bool) finds an environment by ID;
+//     s.world.envs lists them.
+//   - s.spawn(func(ctx context.Context)) runs a background goroutine owned by
+//     the Server: ctx is cancelled by Close, which waits for it to return.
+//     spawn may be called from routeRTLD (i.e. during New) or later from a
+//     handler; it returns false once the Server is closing.
+//   - s.now() is the simulated clock (Config.Now).
+package platformsim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// Demo credentials: the client every default Server knows. The secret is not
+// a secret: it is documented so the demo works with no set-up.
+const (
+	DemoClientID     = "edgepipe-demo"
+	DemoClientSecret = "edgepipe-demo-secret"
+)
+
+// Scopes the simulated services require (platform notes).
+const (
+	ScopeMetrics  = "app.metrics"
+	ScopeAccounts = "app.accounts"
+	ScopeRTLD     = "app.rtld"
+)
+
+const scopeRTLD = ScopeRTLD
+
+// Client is an API client the token endpoint accepts.
+type Client struct {
+	ID     string
+	Secret string
+	// Scopes granted to the client; a broader scope grants the ones beneath
+	// it (`app` grants `app.metrics`).
+	Scopes []string
+}
+
+// Faults are injected into API requests (not into the token endpoint), after
+// authentication. The random source is seeded from Config.Seed.
+type Faults struct {
+	// Rate429 is the share of API requests answered 429 with Retry-After.
+	Rate429 float64
+	// RetryAfter is the Retry-After of a 429, rounded up to whole seconds
+	// (default 1s).
+	RetryAfter time.Duration
+	// Rate5xx is the share of API requests answered 500 or 503.
+	Rate5xx float64
+	// Latency delays every API response.
+	Latency time.Duration
+}
+
+// NumberStyle says how data rows render numeric values.
+type NumberStyle int
+
+const (
+	// NumbersMixed (the default) renders numbers as JSON numbers, except in
+	// about one row in seven (chosen by a hash of the row) where every
+	// numeric value is a numeric string, as the schema allows.
+	NumbersMixed NumberStyle = iota
+	// NumbersOnly renders every numeric value as a JSON number.
+	NumbersOnly
+	// NumbersAsStrings renders every numeric value as a string.
+	NumbersAsStrings
+)
+
+// Config configures a Server. The zero value is a usable default world.
+type Config struct {
+	// Seed makes the world and all data deterministic.
+	Seed int64
+	// Now is the simulated clock; nil means time.Now.
+	Now func() time.Time
+	// TokenLifetime of issued access tokens (default 300s).
+	TokenLifetime time.Duration
+	// LateData is how long after a bucket ends its values keep changing
+	// (default 10m). Negative means no late data at all.
+	LateData time.Duration
+	// Properties is the number of properties of the demo organization
+	// (default 3).
+	Properties int
+	// Environments is the total number of environments, spread over the
+	// properties as evenly as possible, the first ones getting one more
+	// (default 25: 9+8+8).
+	Environments int
+	// Clients the token endpoint accepts (default: the demo client with
+	// app.metrics, app.accounts and app.rtld).
+	Clients []Client
+	// Faults injected from the start; see also SetFaults.
+	Faults Faults
+	// Numbers selects how numeric values are rendered in data rows.
+	Numbers NumberStyle
+	// Delivery configures the RTLD log delivery engine (rtld.go).
+	Delivery DeliveryConfig
+}
+
+// Server is the simulated platform. Create it with New; it serves with
+// Handler or Start and must be Closed.
+type Server struct {
+	cfg      Config
+	hash     hasher
+	world    *world
+	datasets []*datasetDesc
+	dsByName map[string]*datasetDesc
+	handler  http.Handler
+	rtld     *rtldState // RTLD profiles and delivery engine (rtld.go)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex // guards everything below
+	closing  bool
+	faults   Faults
+	failNext []int // statuses the next API requests answer
+	rng      *rand.Rand
+	tokens   map[string]token
+	stats    statsState
+	httpSrv  *http.Server
+	url      string
+}
+
+// New builds a Server from cfg.
+func New(cfg Config) *Server {
+	if cfg.TokenLifetime <= 0 {
+		cfg.TokenLifetime = 300 * time.Second
+	}
+	if cfg.LateData == 0 {
+		cfg.LateData = 10 * time.Minute
+	} else if cfg.LateData < 0 {
+		cfg.LateData = 0
+	}
+	if cfg.Properties <= 0 {
+		cfg.Properties = 3
+	}
+	if cfg.Environments <= 0 {
+		cfg.Environments = 25
+	}
+	if len(cfg.Clients) == 0 {
+		cfg.Clients = []Client{{ID: DemoClientID, Secret: DemoClientSecret, Scopes: []string{ScopeMetrics, ScopeAccounts, ScopeRTLD}}}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg:      cfg,
+		hash:     seedHash(cfg.Seed),
+		world:    buildWorld(cfg.Seed, cfg.Properties, cfg.Environments),
+		datasets: buildDatasets(),
+		dsByName: map[string]*datasetDesc{},
+		ctx:      ctx,
+		cancel:   cancel,
+		faults:   cfg.Faults,
+		rng:      rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
+		tokens:   map[string]token{},
+	}
+	for _, d := range s.datasets {
+		s.dsByName[d.Name] = d
+	}
+	s.handler = s.routes()
+	return s
+}
+
+func (s *Server) now() time.Time {
+	if s.cfg.Now != nil {
+		return s.cfg.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (s *Server) routes() http.Handler {
+	r := chi.NewRouter()
+	r.Use(s.record)
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "Method Not Allowed",
+			fmt.Sprintf("%s is not supported on %s.", r.Method, r.URL.Path))
+	})
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not_found", "Not Found", fmt.Sprintf("No resource at %s.", r.URL.Path))
+	})
+	r.Post("/connect/token", s.handleToken)
+	s.routeAccounts(r)
+	s.routeMetrics(r)
+	s.routeRTLD(r)
+	return r
+}
+
+// Handler serves the token endpoint (/connect/token) and the API on one
+// origin: in the simulator auth_url equals base_url.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start listens on addr (e.g. "127.0.0.1:0"), serves in a goroutine owned by
+// the Server and returns the base URL ("http://127.0.0.1:PORT"), which is both
+// the API's base_url and auth_url.
+func (s *Server) Start(addr string) (string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("platformsim: listen on %s: %w", addr, err)
+	}
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return s.ctx }}
+	s.mu.Lock()
+	if s.closing || s.httpSrv != nil {
+		s.mu.Unlock()
+		l.Close()
+		return "", errors.New("platformsim: server already started or closed")
+	}
+	s.httpSrv = hs
+	s.url = "http://" + l.Addr().String()
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		_ = hs.Serve(l) // returns http.ErrServerClosed after Close
+	}()
+	return s.URL(), nil
+}
+
+// URL is the base URL after Start ("" before).
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.url
+}
+
+// Close stops the HTTP server started by Start (if any) and every background
+// goroutine, and waits for them. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closing = true
+	hs := s.httpSrv
+	s.mu.Unlock()
+	var err error
+	if hs != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = hs.Shutdown(ctx)
+		cancel()
+		if err != nil {
+			err = hs.Close()
+		}
+	}
+	s.cancel()
+	s.wg.Wait()
+	return err
+}
+
+// spawn runs fn in a goroutine owned by the Server; fn's ctx ends at Close,
+// which waits for fn to return. It reports false (and does not run fn) once
+// the Server is closing.
+func (s *Server) spawn(fn func(ctx context.Context)) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn(s.ctx)
+	}()
+	return true
+}
+
+// SetFaults replaces the faults injected into API requests.
+func (s *Server) SetFaults(f Faults) {
+	s.mu.Lock()
+	s.faults = f
+	s.mu.Unlock()
+}
+
+// FailNext makes the next n API requests (after authentication) answer
+// status; a 429 carries Retry-After from Faults.RetryAfter (default 1s).
+func (s *Server) FailNext(n int, status int) {
+	s.mu.Lock()
+	for i := 0; i < n; i++ {
+		s.failNext = append(s.failNext, status)
+	}
+	s.mu.Unlock()
+}
+
+// Environments returns every environment of the world, ordered by property.
+func (s *Server) Environments() []Environment {
+	out := make([]Environment, len(s.world.envs))
+	copy(out, s.world.envs)
+	for i := range out {
+		out[i].Origins = append([]string(nil), out[i].Origins...)
+	}
+	return out
+}
+
+// EnvironmentIDs returns the IDs of Environments, in the same order.
+func (s *Server) EnvironmentIDs() []string {
+	out := make([]string, len(s.world.envs))
+	for i, e := range s.world.envs {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// Properties returns every property of the demo organization.
+func (s *Server) Properties() []Property {
+	return append([]Property(nil), s.world.properties...)
+}
+
+// Organization returns the demo organization.
+func (s *Server) Organization() Organization { return s.world.org }
+
+// environment finds an environment by ID.
+func (s *Server) environment(id string) (Environment, bool) {
+	i, ok := s.world.envByID[id]
+	if !ok {
+		return Environment{}, false
+	}
+	return s.world.envs[i], true
+}
+
+// ErrorDetail is one entry of the Error object's details.
+type ErrorDetail struct {
+	Type        string `json:"@type"`
+	Source      string `json:"source"`
+	Description string `json:"description"`
+}
+
+// detail builds an ErrorDetail.
+func detail(source, description string) ErrorDetail {
+	return ErrorDetail{Type: "ErrorDetail", Source: source, Description: description}
+}
+
+type errorBody struct {
+	Type        string        `json:"@type"`
+	Code        string        `json:"code"`
+	StatusCode  int           `json:"status_code"`
+	Title       string        `json:"title"`
+	Description string        `json:"description"`
+	Details     []ErrorDetail `json:"details"`
+}
+
+// writeError writes the spec's Error object (section 7).
+func writeError(w http.ResponseWriter, status int, code, title, description string, details ...ErrorDetail) {
+	if details == nil {
+		details = []ErrorDetail{}
+	}
+	writeJSON(w, status, errorBody{Type: "Error", Code: code, StatusCode: status, Title: title, Description: description, Details: details})
+}
+
+// writeJSON writes v as the JSON body with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
