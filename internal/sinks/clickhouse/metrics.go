@@ -510,7 +510,7 @@ func withExtra(cols, extra []Column) []Column {
 	for _, c := range cols {
 		have[c.Name] = true
 	}
-	out := cols[:len(cols)-1:len(cols)-1]
+	out := cols[: len(cols)-1 : len(cols)-1]
 	for _, c := range extra {
 		if !have[c.Name] {
 			out = append(out, c)
@@ -555,11 +555,15 @@ func tableColumns(ctx context.Context, db *DB, table string) (map[string]bool, [
 	return cols, keyCols, nil
 }
 
-// Resume returns, per environment of envs, the start of the newest bucket of
-// granularity g stored for dataset ds, but no earlier than MaxBackfill before
-// now (truncated to g): the scheduler resumes polling there, so a restart or
-// an outage leaves no hole. Environments with nothing stored are absent (the
-// scheduler starts them as new). A missing table is not an error.
+// Resume returns, per environment of envs, where the scheduler should resume
+// polling dataset at granularity g: the start of the environment's newest
+// stored bucket. An environment with no row in the table (a series without
+// traffic, or one added while the exporter was down) gets the newest bucket
+// of the whole table instead, since buckets without traffic are simply
+// missing and the previous run polled all environments together. Every
+// point is bounded to MaxBackfill before now (truncated to g); a warning
+// names what is left to `exporter backfill`. An empty or missing table
+// yields an empty map (the scheduler starts as new).
 //
 // Sink implements schedule.ResumeSource.
 func (s *Sink) Resume(ctx context.Context, dataset string, g metricsapi.Granularity, envs []string) (map[string]time.Time, error) {
@@ -571,39 +575,61 @@ func (s *Sink) Resume(ctx context.Context, dataset string, g metricsapi.Granular
 	if err != nil {
 		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
 	}
-	quoted := make([]string, len(envs))
-	for i, e := range envs {
-		quoted[i] = QuoteString(e)
-	}
-	q := "SELECT " + QuoteIdent(ColumnEnvironment) + ", max(" + QuoteIdent(ColumnTime) + ") FROM " + db.Table(dataset) +
-		" WHERE " + QuoteIdent(ColumnGranularity) + " = " + QuoteString(string(g)) +
-		" AND " + QuoteIdent(ColumnEnvironment) + " IN (" + strings.Join(quoted, ", ") + ")" +
-		" GROUP BY " + QuoteIdent(ColumnEnvironment)
-	rows, err := db.Conn().Query(ctx, q)
-	if err != nil {
-		if ErrorCode(err) == 60 { // UNKNOWN_TABLE
+	where := " FROM " + db.Table(dataset) + " WHERE " + QuoteIdent(ColumnGranularity) + " = " + QuoteString(string(g))
+	var newest time.Time
+	var n uint64
+	if err := db.Conn().QueryRow(ctx, "SELECT count(), max("+QuoteIdent(ColumnTime)+")"+where).Scan(&n, &newest); err != nil {
+		if ErrorCode(err) == 60 { // UNKNOWN_TABLE: nothing stored yet
 			return out, nil
 		}
 		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
 	}
+	if n == 0 {
+		return out, nil
+	}
+	quoted := make([]string, len(envs))
+	for i, e := range envs {
+		quoted[i] = QuoteString(e)
+	}
+	rows, err := db.Conn().Query(ctx, "SELECT "+QuoteIdent(ColumnEnvironment)+", max("+QuoteIdent(ColumnTime)+")"+where+
+		" AND "+QuoteIdent(ColumnEnvironment)+" IN ("+strings.Join(quoted, ", ")+")"+
+		" GROUP BY "+QuoteIdent(ColumnEnvironment))
+	if err != nil {
+		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
+	}
 	defer rows.Close()
-	floor := g.Truncate(s.cfg.Now().Add(-s.cfg.MaxBackfill))
 	for rows.Next() {
 		var env string
 		var t time.Time
 		if err := rows.Scan(&env, &t); err != nil {
 			return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
 		}
-		t = t.UTC()
-		if t.Before(floor) {
-			s.log.Warn("newest stored bucket is older than --clickhouse.max-backfill; resuming at the bound (run `exporter backfill` for the rest)",
-				"dataset", dataset, "environment_id", env, "newest", t.Format(time.RFC3339), "resume", floor.Format(time.RFC3339))
-			t = floor
-		}
-		out[env] = t
+		out[env] = t.UTC()
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
+	}
+	floor := g.Truncate(s.cfg.Now().Add(-s.cfg.MaxBackfill))
+	clamped := 0
+	var oldest time.Time
+	for _, e := range envs {
+		t, ok := out[e]
+		if !ok {
+			t = newest.UTC()
+		}
+		if t.Before(floor) {
+			if clamped == 0 || t.Before(oldest) {
+				oldest = t
+			}
+			clamped++
+			t = floor
+		}
+		out[e] = t
+	}
+	if clamped > 0 {
+		s.log.Warn("stored data ends before --clickhouse.max-backfill; resuming at the bound, run `exporter backfill` for the rest",
+			"dataset", dataset, "environments", clamped, "oldest_newest_bucket", oldest.Format(time.RFC3339),
+			"resume", floor.Format(time.RFC3339))
 	}
 	return out, nil
 }
