@@ -1,0 +1,142 @@
+// Command platform-sim serves the simulated CDN platform API (token endpoint,
+// accounts, metrics, RTLD) on one address, for demos and manual testing:
+//
+//	go run ./cmd/platform-sim
+//	curl -s -d grant_type=client_credentials -d client_id=edgepipe-demo \
+//	  -d client_secret=edgepipe-demo-secret -d scope=app.metrics \
+//	  http://127.0.0.1:9790/connect/token
+//
+// The demo client's secret is documented (edgepipe-demo-secret); set
+// EDGEPIPE_SIM_CLIENT_SECRET to require another one.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "platform-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	app := kingpin.New("platform-sim", "Simulated CDN platform API (auth, accounts, metrics, RTLD) with deterministic, realistic data.")
+	var (
+		listen        = app.Flag("web.listen-address", "Address to serve the API and the token endpoint on.").Default("127.0.0.1:9790").String()
+		seed          = app.Flag("seed", "Seed of the simulated world and its data.").Default("1").Int64()
+		tokenLifetime = app.Flag("token-lifetime", "Lifetime of issued access tokens.").Default("300s").Duration()
+		lateData      = app.Flag("late-data", "How long after a bucket ends its values keep changing (0 disables late data).").Default("10m").Duration()
+		properties    = app.Flag("world.properties", "Number of properties of the demo organization.").Default("3").Int()
+		environments  = app.Flag("world.environments", "Total number of environments, spread over the properties.").Default("25").Int()
+		numbers       = app.Flag("data.numbers", "How data rows render numbers: mixed (some rows as numeric strings), numbers, strings.").Default("mixed").Enum("mixed", "numbers", "strings")
+		rate429       = app.Flag("fault.rate-429", "Share of API requests answered 429 (0..1).").Default("0").Float64()
+		retryAfter    = app.Flag("fault.retry-after", "Retry-After of injected 429 responses.").Default("1s").Duration()
+		rate5xx       = app.Flag("fault.rate-5xx", "Share of API requests answered 500 or 503 (0..1).").Default("0").Float64()
+		latency       = app.Flag("fault.latency", "Delay added to every API response.").Default("0s").Duration()
+		recordsPerSec = app.Flag("delivery.records-per-second", "Access-log records generated per second for each enabled RTLD profile.").Default("5").Float64()
+		batchSize     = app.Flag("delivery.batch-size", "Most records in one delivered log batch.").Default("500").Int()
+		flushInterval = app.Flag("delivery.flush-interval", "How long records wait for a full batch before a partial one is sent.").Default("1s").Duration()
+		retryInterval = app.Flag("delivery.retry-interval", "Wait before a failed batch is sent again.").Default("10s").Duration()
+		insecure      = app.Flag("delivery.insecure-skip-verify", "Accept any TLS certificate of destination endpoints (local demos only).").Bool()
+		logLevel      = app.Flag("log.level", "Log level: debug, info, warn, error.").Default("info").Enum("debug", "info", "warn", "error")
+	)
+	if _, err := app.Parse(args); err != nil {
+		return err
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("log level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+
+	for name, v := range map[string]float64{"fault.rate-429": *rate429, "fault.rate-5xx": *rate5xx} {
+		if v < 0 || v > 1 {
+			return fmt.Errorf("--%s must be between 0 and 1, got %v", name, v)
+		}
+	}
+	cfg := platformsim.Config{
+		Seed:          *seed,
+		TokenLifetime: *tokenLifetime,
+		LateData:      *lateData,
+		Properties:    *properties,
+		Environments:  *environments,
+		Faults:        platformsim.Faults{Rate429: *rate429, RetryAfter: *retryAfter, Rate5xx: *rate5xx, Latency: *latency},
+		Delivery: platformsim.DeliveryConfig{
+			RecordsPerSecond:      *recordsPerSec,
+			BatchSize:             *batchSize,
+			FlushInterval:         *flushInterval,
+			RetryInterval:         *retryInterval,
+			DevInsecureSkipVerify: *insecure,
+		},
+	}
+	if cfg.LateData == 0 {
+		cfg.LateData = -1 // Config: negative disables, zero means the default
+	}
+	switch *numbers {
+	case "numbers":
+		cfg.Numbers = platformsim.NumbersOnly
+	case "strings":
+		cfg.Numbers = platformsim.NumbersAsStrings
+	}
+	secret := platformsim.DemoClientSecret
+	secretSource := "documented demo secret"
+	if v, ok := os.LookupEnv("EDGEPIPE_SIM_CLIENT_SECRET"); ok && strings.TrimSpace(v) != "" {
+		secret, secretSource = v, "EDGEPIPE_SIM_CLIENT_SECRET"
+	}
+	cfg.Clients = []platformsim.Client{{
+		ID:     platformsim.DemoClientID,
+		Secret: secret,
+		Scopes: []string{platformsim.ScopeMetrics, platformsim.ScopeAccounts, platformsim.ScopeRTLD},
+	}}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	srv := platformsim.New(cfg)
+	base, err := srv.Start(*listen)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	envs := srv.Environments()
+	log.Info("platform simulator serving",
+		"url", base,
+		"auth_url", base,
+		"organization_id", platformsim.DemoOrganizationID,
+		"client_id", platformsim.DemoClientID,
+		"client_secret_from", secretSource,
+		"properties", len(srv.Properties()),
+		"environments", len(envs),
+		"seed", *seed)
+	fmt.Printf("platform-sim: API and auth URL %s\n", base)
+	fmt.Printf("platform-sim: organization ID %s\n", platformsim.DemoOrganizationID)
+	fmt.Printf("platform-sim: client ID %s (secret: %s)\n", platformsim.DemoClientID, secretSource)
+
+	<-ctx.Done()
+	log.Info("shutting down")
+	done := make(chan error, 1)
+	go func() { done <- srv.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+	case <-time.After(15 * time.Second):
+		return fmt.Errorf("shutdown: timed out")
+	}
+	log.Info("stopped")
+	return nil
+}
