@@ -44,7 +44,13 @@ func (b *Batch) strings() []*string {
 }
 
 // UnmarshalBatch decodes what MarshalBatch encoded. Records alias data.
-func UnmarshalBatch(data []byte) (*Batch, error) {
+func UnmarshalBatch(data []byte) (*Batch, error) { return unmarshal(data, true) }
+
+// UnmarshalBatchHeader decodes only the metadata of what MarshalBatch
+// encoded; Records is left nil.
+func UnmarshalBatchHeader(data []byte) (*Batch, error) { return unmarshal(data, false) }
+
+func unmarshal(data []byte, records bool) (*Batch, error) {
 	if len(data) == 0 || data[0] != codecVersion {
 		return nil, fmt.Errorf("%w: unknown version", errCodec)
 	}
@@ -80,6 +86,9 @@ func UnmarshalBatch(data []byte) (*Batch, error) {
 			return nil, fmt.Errorf("%w: metadata", errCodec)
 		}
 		*s = string(v)
+	}
+	if !records {
+		return b, nil
 	}
 	count, n := binary.Uvarint(p)
 	if n <= 0 || count > uint64(len(p)) {

@@ -1,0 +1,130 @@
+package rtld
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/edgepipe/edgepipe/internal/rtld/spool"
+)
+
+// Sink is a destination of spooled batches (Kafka, ClickHouse). Deliver
+// returns nil only once the sink has acknowledged every record of every
+// batch; on error the worker delivers the same batches again, so a sink must
+// tolerate redelivery (ClickHouse collapses it, Kafka is at-least-once).
+type Sink interface {
+	Deliver(ctx context.Context, batches []*Batch) error
+}
+
+// Worker moves spooled batches into one sink, in spool order, and commits
+// its spool position only after the sink acknowledged them. While the sink
+// fails it retries the same batches with exponential backoff, forever: the
+// spool's size bound, not the worker, decides when ingest pushes back.
+type Worker struct {
+	// Name is the sink's name: its spool reader and its metrics label.
+	Name string
+	// Sink receives the batches.
+	Sink Sink
+	// Reader is the sink's spool cursor.
+	Reader SpoolReader
+	// Metrics receive delivery counts and errors.
+	Metrics *Metrics
+	// Log receives delivery failures.
+	Log *slog.Logger
+	// MaxBatches and MaxBytes bound one delivery (defaults 256 and 16 MiB).
+	MaxBatches int
+	MaxBytes   int64
+	// MinBackoff and MaxBackoff bound the retry delay (defaults 100ms, 30s).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Run delivers until ctx ends; it returns nil then, or an error if the spool
+// fails. Batches delivered but not yet committed when ctx ends are
+// delivered again after a restart.
+func (w *Worker) Run(ctx context.Context) error {
+	if w.MaxBatches <= 0 {
+		w.MaxBatches = 256
+	}
+	if w.MaxBytes <= 0 {
+		w.MaxBytes = 16 << 20
+	}
+	if w.MinBackoff <= 0 {
+		w.MinBackoff = 100 * time.Millisecond
+	}
+	if w.MaxBackoff <= 0 {
+		w.MaxBackoff = 30 * time.Second
+	}
+	log := w.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("sink", w.Name)
+	for {
+		entries, err := w.Reader.Next(ctx, w.MaxBatches, w.MaxBytes)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, spool.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("%s worker reading the spool: %w", w.Name, err)
+		}
+		batches := make([]*Batch, 0, len(entries))
+		records := 0
+		for _, e := range entries {
+			b, err := UnmarshalBatch(e.Data)
+			if err != nil {
+				// The entry passed its checksum, so this is a bug or a
+				// version skew; skipping it is the only way forward.
+				log.Error("rtld: skipping an undecodable spool entry", "index", e.Index, "err", err)
+				continue
+			}
+			batches = append(batches, b)
+			records += len(b.Records)
+		}
+		if err := w.deliver(ctx, log, batches); err != nil {
+			return nil // ctx ended
+		}
+		w.Metrics.sinkBatches.WithLabelValues(w.Name).Add(float64(len(batches)))
+		w.Metrics.sinkRecords.WithLabelValues(w.Name).Add(float64(records))
+		if err := w.Reader.Commit(entries[len(entries)-1].Next); err != nil {
+			return fmt.Errorf("%s worker committing its spool position: %w", w.Name, err)
+		}
+	}
+}
+
+// deliver retries until the sink acknowledges or ctx ends.
+func (w *Worker) deliver(ctx context.Context, log *slog.Logger, batches []*Batch) error {
+	if len(batches) == 0 {
+		return nil
+	}
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = w.MinBackoff
+	b.MaxInterval = w.MaxBackoff
+	b.RandomizationFactor = 0.3
+	for attempt := 1; ; attempt++ {
+		start := time.Now()
+		err := w.Sink.Deliver(ctx, batches)
+		if err == nil {
+			w.Metrics.sinkSeconds.WithLabelValues(w.Name).Observe(time.Since(start).Seconds())
+			if attempt > 1 {
+				log.Info("rtld: sink is delivering again", "attempts", attempt)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		w.Metrics.sinkErrors.WithLabelValues(w.Name).Inc()
+		wait := b.NextBackOff()
+		log.Warn("rtld: delivery failed, retrying", "batches", len(batches), "attempt", attempt, "retry_in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

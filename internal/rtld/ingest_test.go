@@ -1,0 +1,215 @@
+package rtld
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/rtld/spool"
+	"github.com/go-chi/chi/v5"
+	kgzip "github.com/klauspost/compress/gzip"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+type memSpool struct {
+	mu      sync.Mutex
+	entries [][]byte
+	full    bool
+	block   chan struct{}
+	entered chan struct{}
+}
+
+func (m *memSpool) Append(ctx context.Context, data []byte) error {
+	if m.block != nil {
+		m.entered <- struct{}{}
+		<-m.block
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.full {
+		return spool.ErrFull
+	}
+	m.entries = append(m.entries, data)
+	return nil
+}
+
+func (m *memSpool) Full() bool { m.mu.Lock(); defer m.mu.Unlock(); return m.full }
+
+func (m *memSpool) len() int { m.mu.Lock(); defer m.mu.Unlock(); return len(m.entries) }
+
+type seenSet map[string]bool
+
+func (s seenSet) Seen(env, agent, ds string, seq int64) bool {
+	return s[fmt.Sprint(env, agent, ds, seq)]
+}
+func (s seenSet) CountDuplicate(env, agent string) {}
+
+func gz(t testing.TB, s string) []byte {
+	var b bytes.Buffer
+	w := kgzip.NewWriter(&b)
+	if _, err := io.WriteString(w, s); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	return b.Bytes()
+}
+
+func newTestIngest(t *testing.T, cfg IngestConfig, sp Spooler, dups DuplicateChecker) (*httptest.Server, *Metrics) {
+	t.Helper()
+	cfg.Username, cfg.Password = "rtld", "s3cret"
+	m := NewMetrics(prometheus.NewRegistry())
+	in := NewIngest(cfg, sp, dups, m, nil)
+	r := chi.NewRouter()
+	in.Register(r)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return srv, m
+}
+
+func post(t *testing.T, url, user, pass string, body []byte, gzipped bool) (*http.Response, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.SetBasicAuth(user, pass)
+	if gzipped {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return resp, out
+}
+
+const envelopeFmt = `{"account_number":"A","agent_id":"agent-1","datestamp":"20261123","platform":"p","profile_id":1,"seq_num":%d,"logs":[{"uuid":"u1"},{"uuid":"u2"}]}`
+
+func TestIngestAnswers(t *testing.T) {
+	bomb := gz(t, "["+strings.Repeat(" ", 64<<20)+"]") // 64 MiB of spaces, ~64 KiB gzipped
+	for _, tc := range []struct {
+		name    string
+		user    string
+		pass    string
+		body    []byte
+		gzip    bool
+		status  int
+		stored  int
+		inError string
+	}{
+		{"accepted gzip json", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 1)), true, 200, 1, ""},
+		{"accepted identity json_lines", "rtld", "s3cret", []byte("{\"a\":1}\n{\"a\":2}\n"), false, 200, 1, ""},
+		{"wrong password", "rtld", "s3cre", gz(t, fmt.Sprintf(envelopeFmt, 1)), true, 401, 0, "credentials"},
+		{"wrong user", "rtl", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 1)), true, 401, 0, "credentials"},
+		{"malformed json", "rtld", "s3cret", gz(t, "[{\"a\":1},\n{\"b\":}]"), true, 400, 0, "line 2"},
+		{"broken gzip", "rtld", "s3cret", []byte("not gzip at all"), true, 400, 0, "gzip"},
+		{"oversized body", "rtld", "s3cret", bytes.Repeat([]byte(" "), 2<<20), false, 413, 0, "request body exceeds"},
+		{"gzip bomb", "rtld", "s3cret", bomb, true, 413, 0, "decompressed body exceeds"},
+		{"duplicate", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 9)), true, 200, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sp := &memSpool{}
+			srv, _ := newTestIngest(t, IngestConfig{MaxBodyBytes: 1 << 20, MaxDecodedBytes: 4 << 20}, sp, seenSet{"envagent-1202611239": true})
+			resp, body := post(t, srv.URL+"/ingest/env", tc.user, tc.pass, tc.body, tc.gzip)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d (%v), want %d", resp.StatusCode, body, tc.status)
+			}
+			if sp.len() != tc.stored {
+				t.Fatalf("stored %d batches, want %d", sp.len(), tc.stored)
+			}
+			if tc.inError != "" && !strings.Contains(fmt.Sprint(body["error"]), tc.inError) {
+				t.Fatalf("error %q does not mention %q", body["error"], tc.inError)
+			}
+			if tc.status == 401 && resp.Header.Get("WWW-Authenticate") == "" {
+				t.Fatal("401 without WWW-Authenticate")
+			}
+		})
+	}
+}
+
+func TestIngestGzipBombKeepsHeapSmall(t *testing.T) {
+	sp := &memSpool{}
+	srv, _ := newTestIngest(t, IngestConfig{MaxBodyBytes: 1 << 20, MaxDecodedBytes: 1 << 20}, sp, nil)
+	// 256 MiB of spaces inside an array: about 256 KiB gzipped.
+	var b bytes.Buffer
+	w, _ := kgzip.NewWriterLevel(&b, kgzip.BestCompression)
+	w.Write([]byte("["))
+	chunk := bytes.Repeat([]byte(" "), 1<<20)
+	for i := 0; i < 256; i++ {
+		w.Write(chunk)
+	}
+	w.Close()
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	peak := make(chan uint64)
+	stop := make(chan struct{})
+	go func() {
+		var max uint64
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapAlloc > max {
+				max = ms.HeapAlloc
+			}
+			select {
+			case <-stop:
+				peak <- max
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	resp, body := post(t, srv.URL+"/ingest/env", "rtld", "s3cret", b.Bytes(), true)
+	close(stop)
+	max := <-peak
+	if resp.StatusCode != 413 {
+		t.Fatalf("status %d (%v), want 413", resp.StatusCode, body)
+	}
+	// The compressed body itself is held by the test (~1 MiB); the server
+	// may hold its limit plus buffers. 256 MiB decoded must never show up.
+	if grown := int64(max) - int64(before.HeapAlloc); grown > 64<<20 {
+		t.Fatalf("heap grew by %d MiB decoding a gzip bomb", grown>>20)
+	}
+}
+
+func TestIngestSpoolFullAndInFlight(t *testing.T) {
+	sp := &memSpool{full: true}
+	srv, m := newTestIngest(t, IngestConfig{MaxInFlight: 1, RetryAfter: 3 * time.Second}, sp, nil)
+	resp, _ := post(t, srv.URL+"/ingest/env", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 1)), true)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "3" {
+		t.Fatalf("full spool: status %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if got := testutil.ToFloat64(m.batches.WithLabelValues(StatusUnavailable)); got != 1 {
+		t.Fatalf("unavailable counter = %v", got)
+	}
+
+	// One request blocks in the spool; the second is turned away.
+	block := make(chan struct{})
+	sp2 := &memSpool{block: block, entered: make(chan struct{}, 1)}
+	srv2, _ := newTestIngest(t, IngestConfig{MaxInFlight: 1}, sp2, nil)
+	done := make(chan int)
+	go func() {
+		resp, _ := post(t, srv2.URL+"/ingest/env", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 1)), true)
+		done <- resp.StatusCode
+	}()
+	<-sp2.entered
+	resp, _ = post(t, srv2.URL+"/ingest/env", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 2)), true)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("request beyond max in flight: status %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	close(block)
+	if s := <-done; s != 200 {
+		t.Fatalf("blocked request finished with %d", s)
+	}
+}
