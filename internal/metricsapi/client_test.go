@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,9 +109,10 @@ func (f *fakeAPI) answer(b Body) map[string]any {
 					row = append(row, "v-"+b.Dimensions[i])
 				}
 			}
-			rows = append([][]any{row}, rows...)
+			rows = append(rows, row)
 		}
 	}
+	slices.Reverse(rows)
 	return map[string]any{"@type": "Data", "data_fields": fields, "data_rows": rows}
 }
 

@@ -120,6 +120,7 @@ func TestDoSendsJSONAndDecodes(t *testing.T) {
 }
 
 func TestTokenRefreshAcrossExpiry(t *testing.T) {
+	t.Parallel()
 	f := newFakeAPI(t, okHandler)
 	f.lifetime = time.Second // early refresh margin 200 ms
 	c := f.client(f.config())
@@ -247,6 +248,7 @@ func TestRetries(t *testing.T) {
 }
 
 func TestRetryAfterHonoured(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name   string
 		header func() string
@@ -282,6 +284,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 }
 
 func TestRetryAfterBeyondBudgetEndsCall(t *testing.T) {
+	t.Parallel()
 	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		w.Header().Set("Retry-After", "3600")
 		writeJSON(w, http.StatusTooManyRequests, map[string]any{"title": "slow down"})
@@ -349,6 +352,7 @@ func TestNetworkErrorsRetried(t *testing.T) {
 }
 
 func TestAttemptTimeoutRetried(t *testing.T) {
+	t.Parallel()
 	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if n == 1 {
 			select {
@@ -371,6 +375,7 @@ func TestAttemptTimeoutRetried(t *testing.T) {
 }
 
 func TestContextCancelStopsRetries(t *testing.T) {
+	t.Parallel()
 	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		w.Header().Set("Retry-After", "5")
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"title": "down"})
@@ -508,6 +513,7 @@ func TestResponseSizeLimit(t *testing.T) {
 }
 
 func TestRateLimitWaits(t *testing.T) {
+	t.Parallel()
 	f := newFakeAPI(t, okHandler)
 	cfg := f.config()
 	// 4 reads per 2 s with a burst of 2: the steady rate is 1 per second.
