@@ -1,0 +1,215 @@
+package platformsim_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+)
+
+func TestDefaultWorld(t *testing.T) {
+	srv := platformsim.New(platformsim.Config{Seed: 1})
+	defer srv.Close()
+	props := srv.Properties()
+	envs := srv.Environments()
+	if len(props) != 3 || len(envs) != 25 {
+		t.Fatalf("default world: %d properties, %d environments; want 3 and 25", len(props), len(envs))
+	}
+	perProp := map[string]int{}
+	ids := map[string]bool{}
+	for _, e := range envs {
+		perProp[e.PropertyID]++
+		if ids[e.ID] {
+			t.Fatalf("duplicate environment ID %s", e.ID)
+		}
+		ids[e.ID] = true
+		if len(e.ID) != 36 || e.ID[14] != '4' {
+			t.Fatalf("environment ID %q is not a v4 UUID", e.ID)
+		}
+		if len(e.Origins) < 2 {
+			t.Fatalf("environment %s has origins %v", e.Name, e.Origins)
+		}
+	}
+	for i, p := range props {
+		want := []int{9, 8, 8}[i]
+		if perProp[p.ID] != want || p.OrganizationID != platformsim.DemoOrganizationID {
+			t.Fatalf("property %d: %d environments, org %s", i, perProp[p.ID], p.OrganizationID)
+		}
+	}
+	// Same seed, same world; another seed, other IDs.
+	again := platformsim.New(platformsim.Config{Seed: 1})
+	defer again.Close()
+	other := platformsim.New(platformsim.Config{Seed: 2})
+	defer other.Close()
+	if again.Environments()[7].ID != envs[7].ID {
+		t.Fatal("same seed gave other environment IDs")
+	}
+	if other.Environments()[7].ID == envs[7].ID {
+		t.Fatal("another seed gave the same environment IDs")
+	}
+	if other.Organization().ID != platformsim.DemoOrganizationID {
+		t.Fatal("organization ID depends on the seed")
+	}
+}
+
+// walk fetches every page of a paginated list and checks the envelope.
+func walk(t *testing.T, base, tok, path string, size int) []map[string]any {
+	t.Helper()
+	var all []map[string]any
+	total := -1
+	for page := 0; ; page++ {
+		r := do(t, http.MethodGet, fmt.Sprintf("%s%s&page=%d&page_size=%d", base, path, page, size), "Bearer "+tok, "", "")
+		if r.status != 200 {
+			t.Fatalf("page %d: %d %s", page, r.status, r.body)
+		}
+		m := r.json(t)
+		n, _ := m["total_items"].(json.Number).Int64()
+		if total >= 0 && int(n) != total {
+			t.Fatalf("total_items changed from %d to %d", total, n)
+		}
+		total = int(n)
+		if m["@type"] == "" || m["@id"] == "" {
+			t.Fatalf("envelope without @type/@id: %s", r.body)
+		}
+		links := m["@links"].(map[string]any)
+		for _, k := range []string{"first", "last"} {
+			l, ok := links[k].(map[string]any)
+			if !ok || l["href"] == "" || l["base_path"] == "" || l["description"] == "" {
+				t.Fatalf("link %s missing or incomplete: %v", k, links)
+			}
+		}
+		items := m["items"].([]any)
+		if len(items) > size {
+			t.Fatalf("page of %d items for page_size %d", len(items), size)
+		}
+		for _, it := range items {
+			obj := it.(map[string]any)
+			for _, k := range []string{"@type", "@id", "@links", "id"} {
+				if _, ok := obj[k]; !ok {
+					t.Fatalf("item without %s: %v", k, obj)
+				}
+			}
+			all = append(all, obj)
+		}
+		_, hasNext := links["next"]
+		_, hasPrev := links["previous"]
+		if hasPrev != (page > 0) {
+			t.Fatalf("page %d: previous link present=%v", page, hasPrev)
+		}
+		if !hasNext {
+			if len(all) != total {
+				t.Fatalf("walked %d items, total_items %d", len(all), total)
+			}
+			return all
+		}
+		if page > 100 {
+			t.Fatal("pagination does not end")
+		}
+	}
+}
+
+func TestAccountsPagination(t *testing.T) {
+	srv, base := startSim(t, platformsim.Config{Seed: 3, Properties: 3, Environments: 25})
+	tok := token(t, base, "app.accounts")
+	props := walk(t, base, tok, "/accounts/v0.1/properties?organization_id="+platformsim.DemoOrganizationID, 2)
+	if len(props) != 3 {
+		t.Fatalf("%d properties", len(props))
+	}
+	seen := map[string]bool{}
+	for _, sizes := range []int{1, 4, 20, 100} {
+		var got []string
+		for _, p := range props {
+			for _, e := range walk(t, base, tok, "/accounts/v0.1/environments?property_id="+p["id"].(string), sizes) {
+				if e["property_id"] != p["id"] {
+					t.Fatalf("environment %v listed under property %v", e["id"], p["id"])
+				}
+				got = append(got, e["id"].(string))
+			}
+		}
+		if len(got) != 25 {
+			t.Fatalf("page_size %d: walked %d environments", sizes, len(got))
+		}
+		dup := map[string]bool{}
+		for _, id := range got {
+			if dup[id] {
+				t.Fatalf("page_size %d: environment %s twice", sizes, id)
+			}
+			dup[id] = true
+			seen[id] = true
+		}
+	}
+	for _, e := range srv.Environments() {
+		if !seen[e.ID] {
+			t.Fatalf("environment %s never listed", e.ID)
+		}
+	}
+
+	t.Run("default page size is 20", func(t *testing.T) {
+		r := do(t, http.MethodGet, base+"/accounts/v0.1/environments?property_id="+props[0]["id"].(string), "Bearer "+tok, "", "")
+		items := r.json(t)["items"].([]any)
+		if len(items) != 9 {
+			t.Fatalf("%d items", len(items))
+		}
+	})
+	t.Run("page past the end is empty", func(t *testing.T) {
+		r := do(t, http.MethodGet, base+"/accounts/v0.1/environments?page=5&property_id="+props[0]["id"].(string), "Bearer "+tok, "", "")
+		if r.status != 200 || len(r.json(t)["items"].([]any)) != 0 {
+			t.Fatalf("%d %s", r.status, r.body)
+		}
+	})
+
+	env := srv.Environments()[4]
+	tests := []struct {
+		name   string
+		method string
+		path   string
+		status int
+		source string
+	}{
+		{"organization", "GET", "/accounts/v0.1/organizations/" + platformsim.DemoOrganizationID, 200, ""},
+		{"property", "GET", "/accounts/v0.1/properties/" + env.PropertyID, 200, ""},
+		{"environment", "GET", "/accounts/v0.1/environments/" + env.ID, 200, ""},
+		{"unknown organization", "GET", "/accounts/v0.1/organizations/00000000-0000-4000-8000-000000000000", 404, "id"},
+		{"unknown property", "GET", "/accounts/v0.1/properties/nope", 404, "id"},
+		{"unknown environment", "GET", "/accounts/v0.1/environments/nope", 404, "id"},
+		{"properties of unknown organization", "GET", "/accounts/v0.1/properties?organization_id=nope", 404, "id"},
+		{"environments of unknown property", "GET", "/accounts/v0.1/environments?property_id=nope", 404, "id"},
+		{"properties without organization", "GET", "/accounts/v0.1/properties", 400, "organization_id"},
+		{"environments without property", "GET", "/accounts/v0.1/environments", 400, "property_id"},
+		{"page_size 0", "GET", "/accounts/v0.1/environments?page_size=0&property_id=" + env.PropertyID, 400, "page_size"},
+		{"page_size 101", "GET", "/accounts/v0.1/environments?page_size=101&property_id=" + env.PropertyID, 400, "page_size"},
+		{"page_size text", "GET", "/accounts/v0.1/environments?page_size=ten&property_id=" + env.PropertyID, 400, "page_size"},
+		{"negative page", "GET", "/accounts/v0.1/environments?page=-1&property_id=" + env.PropertyID, 400, "page"},
+		{"POST on a list", "POST", "/accounts/v0.1/environments", 405, ""},
+		{"PATCH on an item", "PATCH", "/accounts/v0.1/environments/" + env.ID, 405, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := do(t, tc.method, base+tc.path, "Bearer "+tok, "", "")
+			if tc.status != 200 {
+				checkError(t, r, tc.status, tc.source)
+				return
+			}
+			if r.status != 200 {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+			m := r.json(t)
+			if m["@type"] == "" || m["@id"] == "" || m["@links"] == nil || m["id"] == "" {
+				t.Fatalf("object without envelope fields: %s", r.body)
+			}
+		})
+	}
+	t.Run("environment fields", func(t *testing.T) {
+		m := do(t, "GET", base+"/accounts/v0.1/environments/"+env.ID, "Bearer "+tok, "", "").json(t)
+		for _, k := range []string{"property_id", "legacy_account_number", "name", "default_domain_name", "dns_domain_name", "can_members_deploy", "only_maintainers_can_deploy", "http_request_logging", "pci_compliance", "created_at", "updated_at"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("environment without %s", k)
+			}
+		}
+		if m["name"] != env.Name || m["id"] != env.ID {
+			t.Errorf("environment %v, want %s", m, env.Name)
+		}
+	})
+}
