@@ -1,0 +1,180 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "edgepipe.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name. */}}
+{{- define "edgepipe.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "edgepipe.exporter.fullname" -}}
+{{- printf "%s-exporter" (include "edgepipe.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "edgepipe.receiver.fullname" -}}
+{{- printf "%s-receiver" (include "edgepipe.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "edgepipe.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Common labels. */}}
+{{- define "edgepipe.labels" -}}
+helm.sh/chart: {{ include "edgepipe.chart" . }}
+app.kubernetes.io/name: {{ include "edgepipe.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: edgepipe
+{{- end }}
+
+{{/* Selector labels of one component; call with (dict "ctx" $ "component" "exporter"). */}}
+{{- define "edgepipe.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "edgepipe.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "edgepipe.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "edgepipe.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "edgepipe.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Name of the Secret holding credentials. */}}
+{{- define "edgepipe.secretName" -}}
+{{- if .Values.credentials.existingSecret }}
+{{- .Values.credentials.existingSecret }}
+{{- else }}
+{{- include "edgepipe.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{- define "edgepipe.webConfigSecretName" -}}
+{{- if .Values.webConfig.existingSecret }}
+{{- .Values.webConfig.existingSecret }}
+{{- else }}
+{{- printf "%s-web-config" (include "edgepipe.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* One env var read from the credentials Secret; call with (dict "ctx" $ "name" "EDGEPIPE_X" "key" "clientId" "optional" false). */}}
+{{- define "edgepipe.secretEnv" -}}
+- name: {{ .name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "edgepipe.secretName" .ctx }}
+      key: {{ index .ctx.Values.credentials.keys .key }}
+      {{- if .optional }}
+      optional: true
+      {{- end }}
+{{- end }}
+
+{{/* Settings both programs share: platform endpoints, API credentials, ClickHouse DSN. */}}
+{{- define "edgepipe.commonEnv" -}}
+{{- if not .Values.simulate }}
+{{- with .Values.platform.apiUrl }}
+- name: EDGEPIPE_API_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.platform.authUrl }}
+- name: EDGEPIPE_AUTH_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.platform.environmentIds }}
+- name: EDGEPIPE_ENVIRONMENT_ID
+  value: {{ join "," . | quote }}
+{{- end }}
+{{ include "edgepipe.secretEnv" (dict "ctx" . "name" "EDGEPIPE_CLIENT_ID" "key" "clientId") }}
+{{ include "edgepipe.secretEnv" (dict "ctx" . "name" "EDGEPIPE_CLIENT_SECRET" "key" "clientSecret") }}
+{{- end }}
+{{- if .Values.clickhouse.enabled }}
+{{ include "edgepipe.secretEnv" (dict "ctx" . "name" "EDGEPIPE_CLICKHOUSE_DSN" "key" "clickhouseDsn") }}
+{{- end }}
+{{- end }}
+
+{{/* Web config flag. */}}
+{{- define "edgepipe.webConfigArgs" -}}
+{{- if .Values.webConfig.enabled }}
+- --web.config.file=/etc/edgepipe/web/web-config.yml
+{{- end }}
+{{- end }}
+
+{{- define "edgepipe.webConfigVolumeMounts" -}}
+{{- if .Values.webConfig.enabled }}
+- name: web-config
+  mountPath: /etc/edgepipe/web
+  readOnly: true
+{{- if .Values.webConfig.tlsSecretName }}
+- name: tls
+  mountPath: /etc/edgepipe/tls
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "edgepipe.webConfigVolumes" -}}
+{{- if .Values.webConfig.enabled }}
+- name: web-config
+  secret:
+    secretName: {{ include "edgepipe.webConfigSecretName" . }}
+    items:
+      - key: web-config.yml
+        path: web-config.yml
+{{- if .Values.webConfig.tlsSecretName }}
+- name: tls
+  secret:
+    secretName: {{ .Values.webConfig.tlsSecretName }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Liveness /healthz and readiness /readyz on the named port "http"
+(TCP checks when basic auth guards every path). */}}
+{{- define "edgepipe.probes" -}}
+{{- $scheme := ternary "HTTPS" "HTTP" (and .Values.webConfig.enabled .Values.webConfig.tls) }}
+{{- $basic := and .Values.webConfig.enabled .Values.webConfig.basicAuth }}
+livenessProbe:
+  {{- if $basic }}
+  tcpSocket:
+    port: http
+  {{- else }}
+  httpGet:
+    path: /healthz
+    port: http
+    scheme: {{ $scheme }}
+  {{- end }}
+  {{- toYaml .Values.probes.liveness | nindent 2 }}
+readinessProbe:
+  {{- if $basic }}
+  tcpSocket:
+    port: http
+  {{- else }}
+  httpGet:
+    path: /readyz
+    port: http
+    scheme: {{ $scheme }}
+  {{- end }}
+  {{- toYaml .Values.probes.readiness | nindent 2 }}
+{{- end }}
+
+{{- define "edgepipe.metricsScheme" -}}
+{{- ternary "https" "http" (and .Values.webConfig.enabled .Values.webConfig.tls) }}
+{{- end }}

@@ -1,0 +1,253 @@
+package deploytest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Datasource types the dashboards use.
+const (
+	TypePrometheus = "prometheus"
+	TypeClickHouse = "grafana-clickhouse-datasource"
+)
+
+// Language is what a query is written in.
+type Language string
+
+// The languages of the dashboards' queries.
+const (
+	PromQL        Language = "promql"
+	ClickHouseSQL Language = "clickhouse-sql"
+)
+
+// Dashboard is the part of a Grafana dashboard JSON model the checks read.
+type Dashboard struct {
+	File          string `json:"-"`
+	UID           string `json:"uid"`
+	Title         string `json:"title"`
+	SchemaVersion int    `json:"schemaVersion"`
+	Templating    struct {
+		List []Variable `json:"list"`
+	} `json:"templating"`
+	Panels []Panel `json:"panels"`
+}
+
+// DatasourceRef points a panel, target or variable at a datasource.
+type DatasourceRef struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
+// Variable is a dashboard template variable.
+type Variable struct {
+	Name       string          `json:"name"`
+	Type       string          `json:"type"` // query, datasource, custom, interval, constant
+	Query      json.RawMessage `json:"query"`
+	Definition string          `json:"definition"`
+	Datasource *DatasourceRef  `json:"datasource"`
+	Multi      bool            `json:"multi"`
+	IncludeAll bool            `json:"includeAll"`
+	AllValue   string          `json:"allValue"`
+}
+
+// QueryText returns the variable's query: a string, or the "query" member of
+// the object form newer Grafana versions write.
+func (v Variable) QueryText() string {
+	var s string
+	if err := json.Unmarshal(v.Query, &s); err == nil {
+		return s
+	}
+	var o struct {
+		Query string `json:"query"`
+	}
+	if err := json.Unmarshal(v.Query, &o); err == nil {
+		return o.Query
+	}
+	return ""
+}
+
+// Panel is a dashboard panel; rows hold nested panels when collapsed.
+type Panel struct {
+	ID         int            `json:"id"`
+	Title      string         `json:"title"`
+	Type       string         `json:"type"`
+	Datasource *DatasourceRef `json:"datasource"`
+	Interval   string         `json:"interval"`
+	Targets    []Target       `json:"targets"`
+	Panels     []Panel        `json:"panels"`
+}
+
+// Target is one query of a panel (Prometheus or ClickHouse plugin fields).
+type Target struct {
+	RefID      string         `json:"refId"`
+	Datasource *DatasourceRef `json:"datasource"`
+	Hide       bool           `json:"hide"`
+	Expr       string         `json:"expr"`    // Prometheus
+	Instant    bool           `json:"instant"` // Prometheus
+	RawSQL     string         `json:"rawSql"`  // ClickHouse
+	EditorType string         `json:"editorType"`
+	Format     *int           `json:"format"`
+	QueryType  string         `json:"queryType"`
+}
+
+// Query is one query a dashboard runs: a panel target or a variable's query.
+type Query struct {
+	Dashboard string   // file name
+	Where     string   // panel title and refId, or "variable NAME"
+	Language  Language // PromQL or ClickHouseSQL
+	Text      string   // as written in the dashboard, before substitution
+	Instant   bool     // an instant query (tables, stats of $__range)
+	Variable  bool     // the query of a template variable
+}
+
+// LoadDashboards reads every *.json file of dir.
+func LoadDashboards(dir string) ([]Dashboard, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("list dashboards: %w", err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no dashboards in %s", dir)
+	}
+	sort.Strings(files)
+	out := make([]Dashboard, 0, len(files))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read dashboard: %w", err)
+		}
+		var d Dashboard
+		if err := json.Unmarshal(b, &d); err != nil {
+			return nil, fmt.Errorf("parse dashboard %s: %w", f, err)
+		}
+		d.File = filepath.Base(f)
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// AllPanels returns every panel, rows' nested panels included, in order.
+func (d Dashboard) AllPanels() []Panel {
+	var out []Panel
+	var walk func([]Panel)
+	walk = func(ps []Panel) {
+		for _, p := range ps {
+			out = append(out, p)
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	return out
+}
+
+// Variable returns the template variable name.
+func (d Dashboard) Variable(name string) (Variable, bool) {
+	for _, v := range d.Templating.List {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return Variable{}, false
+}
+
+// datasourceType resolves a datasource reference to a plugin type: a
+// reference to a datasource variable (uid "${DS_X}") takes the variable's
+// plugin type (its query).
+func (d Dashboard) datasourceType(ref *DatasourceRef) (string, error) {
+	if ref == nil {
+		return "", fmt.Errorf("no datasource")
+	}
+	if name, ok := variableReference(ref.UID); ok {
+		v, found := d.Variable(name)
+		if !found || v.Type != "datasource" {
+			return "", fmt.Errorf("datasource uid %q names no datasource variable", ref.UID)
+		}
+		if t := v.QueryText(); ref.Type != "" && ref.Type != t {
+			return "", fmt.Errorf("datasource type %q disagrees with variable %s (%s)", ref.Type, name, t)
+		}
+		return v.QueryText(), nil
+	}
+	if ref.Type == "" {
+		return "", fmt.Errorf("datasource %q has no type", ref.UID)
+	}
+	return ref.Type, nil
+}
+
+// variableReference reports the variable name of "$x" or "${x}".
+func variableReference(s string) (string, bool) {
+	if n, ok := strings.CutPrefix(s, "${"); ok && strings.HasSuffix(n, "}") {
+		return strings.TrimSuffix(n, "}"), true
+	}
+	if n, ok := strings.CutPrefix(s, "$"); ok && n != "" {
+		return n, true
+	}
+	return "", false
+}
+
+func languageOf(dsType string) (Language, error) {
+	switch dsType {
+	case TypePrometheus:
+		return PromQL, nil
+	case TypeClickHouse:
+		return ClickHouseSQL, nil
+	}
+	return "", fmt.Errorf("unsupported datasource type %q", dsType)
+}
+
+// Queries lists every query of the dashboard: each visible panel target and
+// each query variable. A target without a datasource takes its panel's.
+func (d Dashboard) Queries() ([]Query, error) {
+	var out []Query
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		t, err := d.datasourceType(v.Datasource)
+		if err != nil {
+			return nil, fmt.Errorf("%s variable %s: %w", d.File, v.Name, err)
+		}
+		lang, err := languageOf(t)
+		if err != nil {
+			return nil, fmt.Errorf("%s variable %s: %w", d.File, v.Name, err)
+		}
+		out = append(out, Query{Dashboard: d.File, Where: "variable " + v.Name, Language: lang, Text: v.QueryText(), Variable: true})
+	}
+	for _, p := range d.AllPanels() {
+		for _, tg := range p.Targets {
+			if tg.Hide {
+				continue
+			}
+			ref := tg.Datasource
+			if ref == nil {
+				ref = p.Datasource
+			}
+			where := fmt.Sprintf("panel %q target %s", p.Title, tg.RefID)
+			t, err := d.datasourceType(ref)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", d.File, where, err)
+			}
+			lang, err := languageOf(t)
+			if err != nil {
+				return nil, fmt.Errorf("%s %s: %w", d.File, where, err)
+			}
+			q := Query{Dashboard: d.File, Where: where, Language: lang, Instant: tg.Instant}
+			switch lang {
+			case PromQL:
+				q.Text = tg.Expr
+			case ClickHouseSQL:
+				q.Text = tg.RawSQL
+				q.Instant = tg.Format != nil && *tg.Format == clickHouseFormatTable
+			}
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+// clickHouseFormatTable is the ClickHouse plugin's "format" value of a table
+// query (0 is time series).
+const clickHouseFormatTable = 1
