@@ -1,0 +1,220 @@
+package prometheus
+
+import (
+	"context"
+	"math"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/schedule"
+)
+
+var edgeDataset = &metricsapi.Dataset{
+	Name: "edge_usage_by_country",
+	Dimensions: []metricsapi.Dimension{
+		{Name: "time", Type: metricsapi.TypeDate},
+		{Name: "environment_id", Type: metricsapi.TypeString},
+		{Name: "country_code", Type: metricsapi.TypeString},
+	},
+	Metrics: []metricsapi.Metric{
+		{Name: "requests_edge_total", Description: "Requests served by the edge."},
+		{Name: "requests_cache_hit_ratio"},
+		{Name: "bits_per_second_edge", Description: "Edge bandwidth."},
+		{Name: "ttfb_edge_ms_95_percentile"},
+		{Name: "ttfb_edge_ms_50_percentile"},
+	},
+}
+
+var edgeMetrics = []string{"requests_edge_total", "requests_cache_hit_ratio", "bits_per_second_edge", "ttfb_edge_ms_95_percentile", "ttfb_edge_ms_50_percentile"}
+
+var base = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+
+func upd(env, country string, bucket int, prev []float64, vals ...float64) schedule.Update {
+	return schedule.Update{
+		Row:      metricsapi.Row{Time: base.Add(time.Duration(bucket) * 5 * time.Minute), Environment: env, Labels: []string{country}, Values: vals},
+		Previous: prev,
+	}
+}
+
+func batch(us ...schedule.Update) *schedule.Batch {
+	return &schedule.Batch{Dataset: edgeDataset, Granularity: metricsapi.FiveMinutes, Labels: []string{"country_code"}, Metrics: edgeMetrics, Updates: us}
+}
+
+// values gathers reg and returns value by "name{l=v,...}" (labels sorted).
+func values(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := make(map[string]float64)
+	for _, mf := range mfs {
+		for _, m := range mf.Metric {
+			var ls []string
+			for _, lp := range m.Label {
+				ls = append(ls, lp.GetName()+"="+lp.GetValue())
+			}
+			sort.Strings(ls)
+			k := mf.GetName() + "{" + strings.Join(ls, ",") + "}"
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				out[k] = m.Counter.GetValue()
+			case dto.MetricType_GAUGE:
+				out[k] = m.Gauge.GetValue()
+			}
+		}
+	}
+	return out
+}
+
+func TestName(t *testing.T) {
+	for _, tc := range []struct{ metric, name, pct string }{
+		{"requests_edge_total", "cdn_ds_requests_edge_total", ""},
+		{"bytes_origin_total", "cdn_ds_bytes_origin_total", ""},
+		{"ttfb_edge_ms_95_percentile", "cdn_ds_ttfb_edge_seconds", "95"},
+		{"response_time_origin_ms_5_percentile", "cdn_ds_response_time_origin_seconds", "5"},
+		{"bits_per_second_edge", "cdn_ds_bytes_per_second_edge", ""},
+		{"requests_per_second_edge", "cdn_ds_requests_per_second_edge", ""},
+		{"requests_cache_hit_ratio", "cdn_ds_requests_cache_hit_ratio", ""},
+		{"weird-name.x", "cdn_ds_weird_name_x", ""},
+	} {
+		name, pct := Name("ds", tc.metric)
+		if name != tc.name || pct != tc.pct {
+			t.Errorf("Name(%s) = %s, %q; want %s, %q", tc.metric, name, pct, tc.name, tc.pct)
+		}
+	}
+}
+
+func TestCountersGaugesAndRevisions(t *testing.T) {
+	c := NewCollector(Options{})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	ctx := context.Background()
+	c.Publish(ctx, batch(
+		upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40),
+		upd("e1", "us", 1, nil, 50, 0.75, 16000, 200, 60),
+		upd("e1", "de", 1, nil, 7, math.NaN(), 800, 10, 5),
+	))
+	// A revision of the older bucket: counter +10, gauges keep bucket 1.
+	c.Publish(ctx, batch(upd("e1", "us", 0, []float64{100, 0.5, 8000, 120, 40}, 110, 0.9, 9000, 130, 45)))
+	// A revision that lowers a count is not applied.
+	c.Publish(ctx, batch(upd("e1", "de", 1, []float64{7, math.NaN(), 800, 10, 5}, 5, 0.1, 800, 10, 5)))
+	// Updates arriving out of order: the older bucket must not win the gauge.
+	got := values(t, reg)
+	want := map[string]float64{
+		"cdn_edge_usage_by_country_requests_edge_total{country_code=us,environment_id=e1}":             160,
+		"cdn_edge_usage_by_country_requests_edge_total{country_code=de,environment_id=e1}":             7,
+		"cdn_edge_usage_by_country_requests_cache_hit_ratio{country_code=us,environment_id=e1}":        0.75,
+		"cdn_edge_usage_by_country_requests_cache_hit_ratio{country_code=de,environment_id=e1}":        0.1,
+		"cdn_edge_usage_by_country_bytes_per_second_edge{country_code=us,environment_id=e1}":           2000,
+		"cdn_edge_usage_by_country_bytes_per_second_edge{country_code=de,environment_id=e1}":           100,
+		"cdn_edge_usage_by_country_ttfb_edge_seconds{country_code=us,environment_id=e1,percentile=95}": 0.2,
+		"cdn_edge_usage_by_country_ttfb_edge_seconds{country_code=us,environment_id=e1,percentile=50}": 0.06,
+		"cdn_edge_usage_by_country_ttfb_edge_seconds{country_code=de,environment_id=e1,percentile=95}": 0.01,
+		"cdn_edge_usage_by_country_ttfb_edge_seconds{country_code=de,environment_id=e1,percentile=50}": 0.005,
+		"edgepipe_count_decreases_ignored_total{dataset=edge_usage_by_country}":           1,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || math.Abs(g-v) > 1e-12 {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d series exposed, want %d: %v", len(got), len(want), got)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %v", problems, err)
+	}
+}
+
+func mustGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
+}
+
+func TestEnvironmentsAndStaleness(t *testing.T) {
+	c := NewCollector(Options{SeriesTTL: time.Hour, GaugeMaxAge: 15 * time.Minute})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	ctx := context.Background()
+	c.Publish(ctx, batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1), upd("e2", "us", 0, nil, 2, 0.5, 8, 1, 1), upd("e1", "fr", 0, nil, 3, 0.5, 8, 1, 1)))
+	c.SetEnvironments([]string{"e1"})
+	if n := c.Series(); n != 2 {
+		t.Fatalf("%d label sets after e2 vanished, want 2", n)
+	}
+	// Updates of a vanished environment that arrive late are ignored.
+	c.Publish(ctx, batch(upd("e2", "us", 1, nil, 2, 0.5, 8, 1, 1)))
+	if n := c.Series(); n != 2 {
+		t.Fatalf("%d label sets after a late e2 update, want 2", n)
+	}
+	// us keeps appearing for 40 minutes, fr does not: fr's gauges go after
+	// 15 minutes, its counter stays until an hour.
+	for b := 1; b <= 8; b++ {
+		c.Publish(ctx, batch(upd("e1", "us", b, nil, 1, 0.5, 8, 1, 1)))
+	}
+	got := values(t, reg)
+	if _, ok := got["cdn_edge_usage_by_country_requests_cache_hit_ratio{country_code=fr,environment_id=e1}"]; ok {
+		t.Error("fr's gauge still exposed 40 minutes after its last bucket")
+	}
+	if v := got["cdn_edge_usage_by_country_requests_edge_total{country_code=fr,environment_id=e1}"]; v != 3 {
+		t.Errorf("fr's counter = %v, want 3 until the TTL", v)
+	}
+	for b := 9; b <= 13; b++ {
+		c.Publish(ctx, batch(upd("e1", "us", b, nil, 1, 0.5, 8, 1, 1)))
+	}
+	if n := c.Series(); n != 1 {
+		t.Errorf("%d label sets 65 minutes after fr's last bucket, want 1", n)
+	}
+	if v := values(t, reg)["cdn_edge_usage_by_country_requests_edge_total{country_code=us,environment_id=e1}"]; v != 14 {
+		t.Errorf("us counter = %v, want 14", v)
+	}
+	// A freed slot is reused without mixing state.
+	c.Publish(ctx, batch(upd("e1", "it", 13, nil, 5, 0.25, 8, 1, 1)))
+	if v := values(t, reg)["cdn_edge_usage_by_country_requests_edge_total{country_code=it,environment_id=e1}"]; v != 5 {
+		t.Errorf("it counter = %v, want 5", v)
+	}
+}
+
+func TestSelfMetricsLintClean(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	now := base.Add(7 * time.Minute)
+	m, err := NewSelfMetrics(reg, BuildInfo{Version: "v1", Revision: "abc", GoVersion: "go1.26"}, func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveRequest("metrics", "POST", 200, time.Second)
+	m.ObserveRequest("metrics", "POST", 429, time.Second)
+	m.ObservePoll(schedule.PollReport{Dataset: "edge_errors", Start: base, Duration: time.Second, Revisions: 2, New: 5, NewestBucketEnd: base.Add(5 * time.Minute), Environments: 3})
+	m.ObservePublishError("edge_errors", "otlp", nil)
+	got := values(t, reg)
+	for k, v := range map[string]float64{
+		"edgepipe_bucket_lag_seconds{dataset=edge_errors}":                     120,
+		"edgepipe_revisions_total{dataset=edge_errors}":                        2,
+		"edgepipe_dataset_up{dataset=edge_errors}":                             1,
+		"edgepipe_api_requests_total{method=POST,service=metrics,status=429}":  1,
+		"edgepipe_publish_errors_total{dataset=edge_errors,sink=otlp}":         1,
+		"edgepipe_build_info{goversion=go1.26,revision=abc,version=v1}":        1,
+		"edgepipe_environments{}":                                              3,
+		"edgepipe_last_successful_poll_timestamp_seconds{dataset=edge_errors}": float64(base.Add(time.Second).Unix()),
+	} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %v", problems, err)
+	}
+}

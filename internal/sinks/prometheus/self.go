@@ -1,0 +1,159 @@
+package prometheus
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/edgepipe/edgepipe/internal/schedule"
+)
+
+// SelfMetrics are the exporter's own edgepipe_* metrics. It implements
+// schedule.Observer and the platform client's Observer
+// (ObserveRequest), so it can be handed to both.
+type SelfMetrics struct {
+	now func() time.Time
+
+	apiRequests    *prometheus.CounterVec
+	apiDuration    *prometheus.HistogramVec
+	pollDuration   *prometheus.HistogramVec
+	pollFailures   *prometheus.CounterVec
+	lastSuccess    *prometheus.GaugeVec
+	up             *prometheus.GaugeVec
+	revisions      *prometheus.CounterVec
+	buckets        *prometheus.CounterVec
+	publishErrors  *prometheus.CounterVec
+	environments   prometheus.Gauge
+	lagDesc        *prometheus.Desc
+	newestBucketMu sync.Mutex
+	newestBucket   map[string]time.Time
+}
+
+// BuildInfo identifies the running build in edgepipe_build_info.
+type BuildInfo struct {
+	Version, Revision, GoVersion string
+}
+
+// NewSelfMetrics creates the self-metrics and registers them, the build
+// info and the standard Go and process collectors on reg. now is the clock
+// bucket lag is measured with (nil: time.Now).
+func NewSelfMetrics(reg prometheus.Registerer, build BuildInfo, now func() time.Time) (*SelfMetrics, error) {
+	if now == nil {
+		now = time.Now
+	}
+	m := &SelfMetrics{
+		now: now,
+		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_api_requests_total",
+			Help: "HTTP requests to the platform API by service, method and status (0: no answer).",
+		}, []string{"service", "method", "status"}),
+		apiDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "edgepipe_api_request_duration_seconds",
+			Help:    "Duration of HTTP requests to the platform API by service.",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"service"}),
+		pollDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "edgepipe_poll_duration_seconds",
+			Help:    "Duration of one poll of a dataset (all environments, retries included).",
+			Buckets: []float64{.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"dataset"}),
+		pollFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_poll_failures_total",
+			Help: "Polls of a dataset that failed; the next poll covers their range.",
+		}, []string{"dataset"}),
+		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edgepipe_last_successful_poll_timestamp_seconds",
+			Help: "Unix time of the last successful poll of a dataset.",
+		}, []string{"dataset"}),
+		up: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "edgepipe_dataset_up",
+			Help: "1 if the last poll of a dataset succeeded, else 0.",
+		}, []string{"dataset"}),
+		revisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_revisions_total",
+			Help: "Buckets published again because the API revised their values (late data).",
+		}, []string{"dataset"}),
+		buckets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_buckets_total",
+			Help: "Buckets (one series, one time) published for the first time.",
+		}, []string{"dataset"}),
+		publishErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_publish_errors_total",
+			Help: "Batches a sink failed to accept, by sink and dataset.",
+		}, []string{"sink", "dataset"}),
+		environments: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgepipe_environments",
+			Help: "Environments served by this instance (after sharding).",
+		}),
+		lagDesc: prometheus.NewDesc("edgepipe_bucket_lag_seconds",
+			"Seconds from the end of the newest bucket received for a dataset until now.", []string{"dataset"}, nil),
+		newestBucket: make(map[string]time.Time),
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "edgepipe_build_info",
+		Help:        "Build of the running exporter; the value is always 1.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion},
+	})
+	info.Set(1)
+	for _, c := range []prometheus.Collector{
+		m.apiRequests, m.apiDuration, m.pollDuration, m.pollFailures, m.lastSuccess, m.up,
+		m.revisions, m.buckets, m.publishErrors, m.environments, info, lagCollector{m},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ObserveRequest counts one HTTP exchange with the platform.
+func (m *SelfMetrics) ObserveRequest(service, method string, status int, took time.Duration) {
+	m.apiRequests.WithLabelValues(service, method, strconv.Itoa(status)).Inc()
+	m.apiDuration.WithLabelValues(service).Observe(took.Seconds())
+}
+
+// ObservePoll records a finished poll.
+func (m *SelfMetrics) ObservePoll(r schedule.PollReport) {
+	m.pollDuration.WithLabelValues(r.Dataset).Observe(r.Duration.Seconds())
+	if r.Err != nil {
+		m.pollFailures.WithLabelValues(r.Dataset).Inc()
+		m.up.WithLabelValues(r.Dataset).Set(0)
+		return
+	}
+	m.up.WithLabelValues(r.Dataset).Set(1)
+	m.environments.Set(float64(r.Environments))
+	m.lastSuccess.WithLabelValues(r.Dataset).Set(float64(r.Start.Add(r.Duration).UnixNano()) / 1e9)
+	m.revisions.WithLabelValues(r.Dataset).Add(float64(r.Revisions))
+	m.buckets.WithLabelValues(r.Dataset).Add(float64(r.New))
+	if !r.NewestBucketEnd.IsZero() {
+		m.newestBucketMu.Lock()
+		if r.NewestBucketEnd.After(m.newestBucket[r.Dataset]) {
+			m.newestBucket[r.Dataset] = r.NewestBucketEnd
+		}
+		m.newestBucketMu.Unlock()
+	}
+}
+
+// ObservePublishError counts a batch a sink refused.
+func (m *SelfMetrics) ObservePublishError(dataset, sink string, _ error) {
+	m.publishErrors.WithLabelValues(sink, dataset).Inc()
+}
+
+// lagCollector exposes the bucket lag, computed at scrape time.
+type lagCollector struct{ m *SelfMetrics }
+
+func (l lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- l.m.lagDesc }
+
+func (l lagCollector) Collect(ch chan<- prometheus.Metric) {
+	now := l.m.now()
+	l.m.newestBucketMu.Lock()
+	defer l.m.newestBucketMu.Unlock()
+	for ds, end := range l.m.newestBucket {
+		ch <- prometheus.MustNewConstMetric(l.m.lagDesc, prometheus.GaugeValue, now.Sub(end).Seconds(), ds)
+	}
+}
