@@ -1,0 +1,16 @@
+package version
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPrint(t *testing.T) {
+	got := Print("exporter")
+	if !strings.HasPrefix(got, "exporter ") || !strings.Contains(got, Get().GoVersion) {
+		t.Fatalf("Print: %q", got)
+	}
+	if Get().Version == "" {
+		t.Fatal("empty version")
+	}
+}

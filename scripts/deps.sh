@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Installs what the integration tests need, only if missing (idempotent,
+# quick when everything is there):
+#   apt: clickhouse-server clickhouse-client prometheus kcat (Debian 12 packages)
+#   go:  helm (for `make helm-lint` and the chart tests)
+# The packages' own services are not started (policy-rc.d) and, if an
+# install started them anyway, stopped and disabled: tests start their own
+# instances on free loopback ports.
+set -euo pipefail
+GO=${GO:-go}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
+
+have() { # binary: on PATH or in the usual system dirs (sbin is often off PATH)
+	command -v "$1" >/dev/null 2>&1 || [ -x "/usr/bin/$1" ] || [ -x "/usr/sbin/$1" ]
+}
+
+declare -A pkg_for=(
+	[clickhouse-server]=clickhouse-server
+	[clickhouse-client]=clickhouse-client
+	[prometheus]=prometheus
+	[promtool]=prometheus
+	[kcat]=kcat
+)
+missing=()
+for bin in clickhouse-server clickhouse-client prometheus promtool kcat; do
+	if ! have "$bin"; then
+		pkg=${pkg_for[$bin]}
+		[[ " ${missing[*]:-} " == *" $pkg "* ]] || missing+=("$pkg")
+	fi
+done
+
+if ((${#missing[@]})); then
+	echo "deps: installing ${missing[*]}"
+	SUDO=()
+	if [ "$(id -u)" -ne 0 ]; then
+		if command -v sudo >/dev/null 2>&1; then
+			SUDO=(sudo -n)
+		else
+			echo "deps: need root (or sudo) to apt-get install ${missing[*]}" >&2
+			exit 1
+		fi
+	fi
+	# Keep the packages' services from starting during installation.
+	policy=/usr/sbin/policy-rc.d
+	own_policy=false
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "$policy" >/dev/null
+		"${SUDO[@]}" chmod 755 "$policy"
+		own_policy=true
+	fi
+	cleanup() { if $own_policy; then "${SUDO[@]}" rm -f "$policy"; fi; }
+	trap cleanup EXIT
+	export DEBIAN_FRONTEND=noninteractive
+	"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+	"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
+	# If a service got started anyway (e.g. systemd ignoring policy-rc.d),
+	# stop and disable it: only packages installed just now are touched.
+	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+		for pkg in "${missing[@]}"; do
+			case "$pkg" in
+			prometheus | clickhouse-server)
+				"${SUDO[@]}" systemctl disable --now "$pkg.service" >/dev/null 2>&1 || true
+				;;
+			esac
+		done
+	fi
+	for bin in clickhouse-server clickhouse-client prometheus promtool kcat; do
+		have "$bin" || { echo "deps: $bin still missing after apt-get install" >&2; exit 1; }
+	done
+else
+	echo "deps: clickhouse-server clickhouse-client prometheus promtool kcat already installed"
+fi
+
+if ! have helm && [ ! -x "$($GO env GOPATH)/bin/helm" ]; then
+	echo "deps: go install helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+	CGO_ENABLED=0 $GO install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+else
+	echo "deps: helm already installed"
+fi
