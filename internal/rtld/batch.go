@@ -7,6 +7,8 @@ package rtld
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -410,4 +412,17 @@ func truncate(b []byte, n int) string {
 		return string(b[:n]) + "…"
 	}
 	return string(b)
+}
+
+// ContentHash is a stable identity for a batch without one (json_array,
+// json_lines): the SHA-256 of its records, hex, 32 characters. The platform
+// resends a failed batch with the same bytes, so a redelivery has the same
+// hash.
+func (b *Batch) ContentHash() string {
+	h := sha256.New()
+	for _, r := range b.Records {
+		h.Write(r)
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
 }

@@ -1,0 +1,610 @@
+package clickhouse
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+)
+
+// AccessLogsTable is the table the receiver writes records to.
+const AccessLogsTable = "access_logs"
+
+// Fixed columns of access_logs. A record field whose code is one of these
+// names is kept in the extra column (environment_id only when it differs
+// from the batch's environment).
+//
+// Identity: a batch with identity (log_format json) names each record by
+// (environment_id, agent_id, datestamp, seq_num, record_index), with
+// record_key ''. A record of a batch without identity (json_array,
+// json_lines) gets agent_id '', datestamp '', seq_num -1 and record_key =
+// its "uuid" field with record_index 0 when it has one, or else the batch's
+// content hash with its record_index (the platform resends a failed batch
+// with the same bytes). The table is a ReplacingMergeTree ordered by that
+// identity, so every redelivery collapses and `SELECT count() FROM
+// access_logs FINAL` counts each delivered record once.
+var fixedColumns = []struct{ name, typ string }{
+	{"environment_id", "String"},
+	{"agent_id", "String"},
+	{"datestamp", "String"},
+	{"seq_num", "Int64"},
+	{"record_key", "String"},
+	{"record_index", "UInt32"},
+	{"profile_id", "String"},
+	{"format", "String"},
+	{"received_at", "DateTime"},
+	{"extra", "String"},
+	{"insert_version", "UInt64"},
+}
+
+// AccessLogsConfig configures the access-log sink.
+type AccessLogsConfig struct {
+	// DSN names the server and database (see Open).
+	DSN string
+	// Options are passed to Open (password, logger, …).
+	Options []Option
+	// Fields are the catalogue fields that get typed columns (default:
+	// logfield.All()). Fields not listed land in the extra column.
+	Fields []logfield.Field
+	// Logger receives connection and schema notes.
+	Logger *slog.Logger
+	// InsertTimeout bounds one delivery (default 60s).
+	InsertTimeout time.Duration
+}
+
+// AccessLogs is the receiver's ClickHouse sink. It connects (and creates or
+// extends the table) at the first delivery, so a server that is down at
+// start-up only delays delivery. It is safe for concurrent use.
+type AccessLogs struct {
+	cfg AccessLogsConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	db      *DB
+	columns []accessColumn // in insert order
+	names   []string
+}
+
+// accessColumn is one typed field column.
+type accessColumn struct {
+	field logfield.Field
+	name  string // column name (the field code)
+	typ   string // ClickHouse type
+	// fraction is the companion column holding microseconds of a timestamp
+	// on servers without DateTime64.
+	fraction string
+}
+
+// NewAccessLogs returns the sink; it does not connect yet.
+func NewAccessLogs(cfg AccessLogsConfig) *AccessLogs {
+	if cfg.Fields == nil {
+		cfg.Fields = logfield.All()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.InsertTimeout <= 0 {
+		cfg.InsertTimeout = 60 * time.Second
+	}
+	return &AccessLogs{cfg: cfg, log: cfg.Logger}
+}
+
+func isFixed(code string) bool {
+	for _, c := range fixedColumns {
+		if c.name == code {
+			return true
+		}
+	}
+	return false
+}
+
+// connect opens the connection and ensures the table once.
+func (a *AccessLogs) connect(ctx context.Context) (*DB, []accessColumn, []string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.db != nil {
+		return a.db, a.columns, a.names, nil
+	}
+	opts := append([]Option{WithLogger(a.log)}, a.cfg.Options...)
+	db, err := Open(ctx, a.cfg.DSN, opts...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cols, err := a.ensureTable(ctx, db)
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, nil, err
+	}
+	names := make([]string, 0, len(fixedColumns)+2*len(cols))
+	for _, c := range fixedColumns {
+		names = append(names, c.name)
+	}
+	for _, c := range cols {
+		names = append(names, c.name)
+		if c.fraction != "" {
+			names = append(names, c.fraction)
+		}
+	}
+	a.db, a.columns, a.names = db, cols, names
+	return db, cols, names, nil
+}
+
+// AccessLogsDDL returns the CREATE TABLE statement for the server version v
+// (exported for the README and tests).
+func AccessLogsDDL(db *DB, fields []logfield.Field) string {
+	cols := accessColumns(db.Version(), fields, nil)
+	var b strings.Builder
+	b.WriteString("CREATE TABLE IF NOT EXISTS " + db.Table(AccessLogsTable) + " (\n")
+	for _, c := range fixedColumns {
+		fmt.Fprintf(&b, "  %s %s,\n", QuoteIdent(c.name), c.typ)
+	}
+	for _, c := range cols {
+		fmt.Fprintf(&b, "  %s %s,\n", QuoteIdent(c.name), c.typ)
+		if c.fraction != "" {
+			fmt.Fprintf(&b, "  %s UInt32,\n", QuoteIdent(c.fraction))
+		}
+	}
+	s := strings.TrimSuffix(b.String(), ",\n") + "\n)"
+	part := "tuple()"
+	if hasTimestamp(cols) {
+		part = "toYYYYMM(`timestamp`)"
+	}
+	return s + " ENGINE = ReplacingMergeTree(insert_version)\nPARTITION BY " + part +
+		"\nORDER BY (environment_id, agent_id, datestamp, seq_num, record_key, record_index)"
+}
+
+func hasTimestamp(cols []accessColumn) bool {
+	for _, c := range cols {
+		if c.name == "timestamp" {
+			return true
+		}
+	}
+	return false
+}
+
+// accessColumns maps fields to columns. existing holds the types of columns
+// already in the table, which win (a table created by an older server keeps
+// its DateTime + fraction layout after an upgrade).
+func accessColumns(v Version, fields []logfield.Field, existing map[string]string) []accessColumn {
+	var cols []accessColumn
+	seen := map[string]bool{}
+	for _, f := range fields {
+		if isFixed(f.Code) || seen[f.Code] || f.Code == "" {
+			continue
+		}
+		seen[f.Code] = true
+		c := accessColumn{field: f, name: f.Code}
+		switch f.Type {
+		case logfield.Integer:
+			c.typ = "Int64"
+		case logfield.Float:
+			c.typ = "Float64"
+		case logfield.Timestamp:
+			if v.HasDateTime64() {
+				c.typ = "DateTime64(6)"
+			} else {
+				c.typ = "DateTime"
+				c.fraction = f.Code + "_us"
+			}
+		default:
+			c.typ = "String"
+		}
+		if t, ok := existing[c.name]; ok {
+			c.typ = t
+			c.fraction = ""
+			if f.Type == logfield.Timestamp && t == "DateTime" {
+				c.fraction = f.Code + "_us"
+			}
+		}
+		cols = append(cols, c)
+	}
+	return cols
+}
+
+// ensureTable creates the table, or adds the columns it lacks.
+func (a *AccessLogs) ensureTable(ctx context.Context, db *DB) ([]accessColumn, error) {
+	existing, err := columnTypes(ctx, db, AccessLogsTable)
+	if err != nil {
+		return nil, err
+	}
+	if len(existing) == 0 {
+		if err := db.Exec(ctx, AccessLogsDDL(db, a.cfg.Fields)); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", AccessLogsTable, err)
+		}
+		a.log.Info("clickhouse: created table", "table", AccessLogsTable, "server", db.Version().String())
+		existing, err = columnTypes(ctx, db, AccessLogsTable)
+		if err != nil {
+			return nil, err
+		}
+	}
+	cols := accessColumns(db.Version(), a.cfg.Fields, existing)
+	var missing []string
+	for _, c := range fixedColumns {
+		if _, ok := existing[c.name]; !ok {
+			missing = append(missing, QuoteIdent(c.name)+" "+c.typ)
+		}
+	}
+	for _, c := range cols {
+		if _, ok := existing[c.name]; !ok {
+			missing = append(missing, QuoteIdent(c.name)+" "+c.typ)
+		}
+		if _, ok := existing[c.fraction]; c.fraction != "" && !ok {
+			missing = append(missing, QuoteIdent(c.fraction)+" UInt32")
+		}
+	}
+	for _, m := range missing {
+		// One column per ALTER: 18.16 has no ADD COLUMN IF NOT EXISTS, and a
+		// concurrent replica may add the same column; re-check on error.
+		if err := db.Exec(ctx, "ALTER TABLE "+db.Table(AccessLogsTable)+" ADD COLUMN "+m); err != nil {
+			again, cerr := columnTypes(ctx, db, AccessLogsTable)
+			name := strings.Trim(strings.Fields(m)[0], "`")
+			if _, ok := again[name]; cerr != nil || !ok {
+				return nil, fmt.Errorf("adding column to %s: %w", AccessLogsTable, err)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		a.log.Info("clickhouse: added columns", "table", AccessLogsTable, "columns", len(missing))
+	}
+	return cols, nil
+}
+
+func columnTypes(ctx context.Context, db *DB, table string) (map[string]string, error) {
+	rows, err := db.Conn().Query(ctx, "SELECT name, type FROM system.columns WHERE database = "+
+		QuoteString(db.Database())+" AND table = "+QuoteString(table))
+	if err != nil {
+		return nil, fmt.Errorf("reading columns of %s: %w", table, err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return nil, fmt.Errorf("reading columns of %s: %w", table, err)
+		}
+		out[name] = typ
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading columns of %s: %w", table, err)
+	}
+	return out, nil
+}
+
+// Deliver inserts every record of the batches in one INSERT and returns nil
+// once ClickHouse acknowledged it. A retried delivery inserts the same rows
+// again; ReplacingMergeTree collapses them.
+func (a *AccessLogs) Deliver(ctx context.Context, batches []*rtld.Batch) error {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.InsertTimeout)
+	defer cancel()
+	db, cols, names, err := a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	data, err := buildColumns(batches, cols, uint64(time.Now().UnixNano()))
+	if err != nil {
+		return err
+	}
+	if data.rows == 0 {
+		return nil
+	}
+	if err := db.InsertColumns(ctx, AccessLogsTable, names, data.slices()); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Close closes the connection.
+func (a *AccessLogs) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.db == nil {
+		return nil
+	}
+	err := a.db.Close()
+	a.db = nil
+	return err
+}
+
+// columnData holds one INSERT, column by column.
+type columnData struct {
+	rows int
+	// fixed columns
+	env, agent, datestamp, recordKey, profile, format, extra []string
+	seq                                                      []int64
+	index                                                    []uint32
+	received                                                 []time.Time
+	version                                                  []uint64
+	// field columns, parallel to cols
+	cols   []accessColumn
+	values []any // []string, []int64, []float64, []time.Time
+	fracs  [][]uint32
+}
+
+func (d *columnData) slices() []any {
+	out := []any{d.env, d.agent, d.datestamp, d.seq, d.recordKey, d.index, d.profile, d.format, d.received, d.extra, d.version}
+	for i, c := range d.cols {
+		out = append(out, d.values[i])
+		if c.fraction != "" {
+			out = append(out, d.fracs[i])
+		}
+	}
+	return out
+}
+
+// buildColumns converts the records into typed columns.
+func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) (*columnData, error) {
+	n := 0
+	for _, b := range batches {
+		n += len(b.Records)
+	}
+	d := &columnData{cols: cols, values: make([]any, len(cols)), fracs: make([][]uint32, len(cols))}
+	byName := make(map[string]int, len(cols))
+	for i, c := range cols {
+		byName[c.name] = i
+		switch {
+		case c.field.Type == logfield.Timestamp:
+			d.values[i] = make([]time.Time, 0, n)
+			if c.fraction != "" {
+				d.fracs[i] = make([]uint32, 0, n)
+			}
+		case c.typ == "Int64":
+			d.values[i] = make([]int64, 0, n)
+		case c.typ == "Float64":
+			d.values[i] = make([]float64, 0, n)
+		default:
+			d.values[i] = make([]string, 0, n)
+		}
+	}
+	set := make([]bool, len(cols))
+	var fields map[string]json.RawMessage
+	for _, b := range batches {
+		var batchHash string
+		for ri, raw := range b.Records {
+			clear(fields)
+			if err := json.Unmarshal(raw, &fields); err != nil {
+				// The ingest decoder only spools objects, so this is
+				// corruption; store the record whole rather than lose it.
+				fields = map[string]json.RawMessage{}
+			}
+			for i := range set {
+				set[i] = false
+			}
+			var extra map[string]json.RawMessage
+			keep := func(code string, v json.RawMessage) {
+				if extra == nil {
+					extra = map[string]json.RawMessage{}
+				}
+				extra[code] = v
+			}
+			for code, v := range fields {
+				i, ok := byName[code]
+				if !ok {
+					if code == "environment_id" && jsonString(v) == b.EnvironmentID {
+						continue
+					}
+					keep(code, v)
+					continue
+				}
+				if !d.appendValue(i, v) {
+					keep(code, v)
+					continue
+				}
+				set[i] = true
+			}
+			for i, ok := range set {
+				if !ok {
+					d.appendZero(i)
+				}
+			}
+			// Identity.
+			d.env = append(d.env, b.EnvironmentID)
+			if b.HasIdentity() {
+				d.agent = append(d.agent, b.AgentID)
+				d.datestamp = append(d.datestamp, b.Datestamp)
+				d.seq = append(d.seq, b.SeqNum)
+				d.recordKey = append(d.recordKey, "")
+				d.index = append(d.index, uint32(ri))
+			} else {
+				d.agent = append(d.agent, "")
+				d.datestamp = append(d.datestamp, "")
+				d.seq = append(d.seq, rtld.NoSeqNum)
+				if u := jsonString(fields["uuid"]); u != "" {
+					d.recordKey = append(d.recordKey, "uuid:"+u)
+					d.index = append(d.index, 0)
+				} else {
+					if batchHash == "" {
+						batchHash = b.ContentHash()
+					}
+					d.recordKey = append(d.recordKey, "batch:"+batchHash)
+					d.index = append(d.index, uint32(ri))
+				}
+			}
+			d.profile = append(d.profile, b.ProfileID)
+			d.format = append(d.format, string(b.Format))
+			d.received = append(d.received, time.Unix(0, b.ReceivedUnixNano).UTC())
+			d.version = append(d.version, version)
+			d.extra = append(d.extra, encodeExtra(extra))
+			d.rows++
+		}
+	}
+	return d, nil
+}
+
+func encodeExtra(m map[string]json.RawMessage) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		b.Write(kb)
+		b.WriteByte(':')
+		b.Write(m[k])
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// jsonString returns the string a JSON string holds, or "" for anything else.
+func jsonString(v json.RawMessage) string {
+	if len(v) < 2 || v[0] != '"' {
+		return ""
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1])
+	}
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// appendValue appends v to column i; false when v does not fit its type
+// (the caller then keeps it in extra). null counts as fitting: zero value.
+func (d *columnData) appendValue(i int, v json.RawMessage) bool {
+	if string(v) == "null" {
+		d.appendZero(i)
+		return true
+	}
+	c := d.cols[i]
+	switch col := d.values[i].(type) {
+	case []time.Time:
+		sec, us, ok := parseTimestamp(v)
+		if !ok {
+			return false
+		}
+		if c.fraction != "" {
+			d.values[i] = append(col, time.Unix(sec, 0).UTC())
+			d.fracs[i] = append(d.fracs[i], us)
+		} else {
+			d.values[i] = append(col, time.Unix(sec, int64(us)*1000).UTC())
+		}
+	case []int64:
+		n, ok := parseRecordInt(v)
+		if !ok {
+			return false
+		}
+		d.values[i] = append(col, n)
+	case []float64:
+		f, ok := parseRecordFloat(v)
+		if !ok {
+			return false
+		}
+		d.values[i] = append(col, f)
+	case []string:
+		if len(v) > 0 && v[0] == '"' {
+			s := jsonString(v)
+			if s == "" && string(v) != `""` {
+				return false
+			}
+			d.values[i] = append(col, s)
+		} else {
+			// A number or boolean where a string was expected: keep its text.
+			if v[0] == '{' || v[0] == '[' {
+				return false
+			}
+			d.values[i] = append(col, string(v))
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+func (d *columnData) appendZero(i int) {
+	switch col := d.values[i].(type) {
+	case []time.Time:
+		d.values[i] = append(col, time.Unix(0, 0).UTC())
+		if d.cols[i].fraction != "" {
+			d.fracs[i] = append(d.fracs[i], 0)
+		}
+	case []int64:
+		d.values[i] = append(col, 0)
+	case []float64:
+		d.values[i] = append(col, 0)
+	case []string:
+		d.values[i] = append(col, "")
+	}
+}
+
+// unquoteNumber strips the quotes of a JSON string holding a number ("200").
+func unquoteNumber(v json.RawMessage) string {
+	s := string(v)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		return s[1 : len(s)-1]
+	}
+	return s
+}
+
+func parseRecordInt(v json.RawMessage) (int64, bool) {
+	s := unquoteNumber(v)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n, true
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<62 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+func parseRecordFloat(v json.RawMessage) (float64, bool) {
+	f, err := strconv.ParseFloat(unquoteNumber(v), 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, false
+	}
+	return f, true
+}
+
+// parseTimestamp reads Unix seconds with an optional fraction
+// ("1523916295.768957") exactly, without a float's rounding.
+func parseTimestamp(v json.RawMessage) (sec int64, us uint32, ok bool) {
+	s := unquoteNumber(v)
+	if strings.ContainsAny(s, "eE") {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || f < 0 || f > 1<<40 {
+			return 0, 0, false
+		}
+		sec = int64(f)
+		return sec, uint32(math.Round((f - float64(sec)) * 1e6)), true
+	}
+	whole, frac, _ := strings.Cut(s, ".")
+	sec, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil || sec < 0 || sec > 1<<40 {
+		return 0, 0, false
+	}
+	if frac != "" {
+		if len(frac) > 6 {
+			frac = frac[:6]
+		}
+		for len(frac) < 6 {
+			frac += "0"
+		}
+		n, err := strconv.ParseUint(frac, 10, 32)
+		if err != nil {
+			return 0, 0, false
+		}
+		us = uint32(n)
+	}
+	return sec, us, true
+}

@@ -1,0 +1,110 @@
+package clickhouse
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+func TestParseTimestamp(t *testing.T) {
+	for _, tc := range []struct {
+		in  string
+		sec int64
+		us  uint32
+		ok  bool
+	}{
+		{"1523916295.768957", 1523916295, 768957, true},
+		{"1523916295.7", 1523916295, 700000, true},
+		{"1523916295", 1523916295, 0, true},
+		{`"1523916295.5"`, 1523916295, 500000, true},
+		{"1.523916295768957e9", 1523916295, 768957, true},
+		{"1523916295.1234567", 1523916295, 123456, true},
+		{`"yesterday"`, 0, 0, false},
+		{"-5", 0, 0, false},
+	} {
+		sec, us, ok := parseTimestamp(json.RawMessage(tc.in))
+		if sec != tc.sec || ok != tc.ok || (ok && absDiff(us, tc.us) > 1) {
+			t.Errorf("parseTimestamp(%s) = %d, %d, %v; want %d, %d, %v", tc.in, sec, us, ok, tc.sec, tc.us, tc.ok)
+		}
+	}
+}
+
+func absDiff(a, b uint32) uint32 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
+
+func record(i int, extra string) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"timestamp":1763856000.%06d,"uuid":"u-%d","status_code":%d,"total_time":0.25,"host":"h\"x","req_hdr_x_test":"v","environment_id":"env-1"%s}`, i, i, 200+i%3, extra))
+}
+
+func TestAccessLogsExactlyOnceUnderFinal(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	sink := NewAccessLogs(AccessLogsConfig{DSN: srv.DSN(db)})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	now := time.Now().UnixNano()
+	withID := &rtld.Batch{EnvironmentID: "env-1", Format: rtld.FormatJSON, AgentID: "agent-1", Datestamp: "20261123", SeqNum: 4, ProfileID: "7", ReceivedUnixNano: now}
+	for i := 0; i < 5; i++ {
+		withID.Records = append(withID.Records, record(i, ""))
+	}
+	lines := &rtld.Batch{EnvironmentID: "env-1", Format: rtld.FormatJSONLines, SeqNum: rtld.NoSeqNum, ReceivedUnixNano: now,
+		Records: []json.RawMessage{record(100, ""), record(101, ""), json.RawMessage(`{"status_code":"oops","a":1}`), json.RawMessage(`{"status_code":"oops","a":1}`)}}
+	for attempt := 0; attempt < 3; attempt++ {
+		// Deliver, then redeliver (a retry after a crash, a platform retry).
+		if err := sink.Deliver(ctx, []*rtld.Batch{withID, lines}); err != nil {
+			t.Fatalf("Deliver attempt %d: %v", attempt, err)
+		}
+	}
+	conn := srv.Conn(t)
+	var total, final, uuids uint64
+	q := func(sql string, dst ...any) {
+		t.Helper()
+		if err := conn.QueryRow(ctx, sql).Scan(dst...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	q("SELECT count() FROM `"+db+"`.access_logs", &total)
+	q("SELECT count() FROM `"+db+"`.access_logs FINAL", &final)
+	q("SELECT uniqExact(uuid) FROM `"+db+"`.access_logs FINAL WHERE uuid != ''", &uuids)
+	if total != 27 || final != 9 || uuids != 7 {
+		t.Fatalf("rows: %d in total, %d under FINAL, %d uuids; want 27, 9, 7", total, final, uuids)
+	}
+	var status int64
+	var host, extra string
+	var ts time.Time
+	var us uint32
+	q("SELECT status_code, host, extra, timestamp, timestamp_us FROM `"+db+"`.access_logs FINAL WHERE uuid = 'u-2'", &status, &host, &extra, &ts, &us)
+	if status != 202 || host != `h"x` || extra != `{"req_hdr_x_test":"v"}` || ts.Unix() != 1763856000 || us != 2 {
+		t.Fatalf("typed row: status %d host %q extra %q ts %v us %d", status, host, extra, ts, us)
+	}
+	q("SELECT extra FROM `"+db+"`.access_logs FINAL WHERE uuid = '' LIMIT 1", &extra)
+	if extra != `{"a":1,"status_code":"oops"}` {
+		t.Fatalf("mistyped value not kept in extra: %q", extra)
+	}
+
+	// A second sink (a restart) finds the table and adds a new field's column.
+	sink2 := NewAccessLogs(AccessLogsConfig{DSN: srv.DSN(db), Fields: append(logfield.All(), logfield.Field{Code: "new_field", Type: logfield.Integer})})
+	t.Cleanup(func() { sink2.Close() })
+	b := &rtld.Batch{EnvironmentID: "env-1", Format: rtld.FormatJSON, AgentID: "agent-1", Datestamp: "20261123", SeqNum: 5, ReceivedUnixNano: now,
+		Records: []json.RawMessage{json.RawMessage(`{"uuid":"n","new_field":42}`)}}
+	if err := sink2.Deliver(ctx, []*rtld.Batch{b}); err != nil {
+		t.Fatalf("Deliver with a new column: %v", err)
+	}
+	var nf int64
+	q("SELECT new_field FROM `"+db+"`.access_logs FINAL WHERE uuid = 'n'", &nf)
+	if nf != 42 {
+		t.Fatalf("new_field = %d", nf)
+	}
+}

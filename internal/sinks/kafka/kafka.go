@@ -1,0 +1,233 @@
+// Package kafka is the receiver's Kafka sink: one message per access-log
+// record, written with segmentio/kafka-go and acknowledged by all in-sync
+// replicas before the spool position moves.
+//
+// Message layout: the value is the record's JSON object as delivered; the
+// key is "<environment_id>/<agent_id>" (so an agent's records stay in one
+// partition, in order, while agents spread over partitions); headers carry
+// environment_id, profile_id, agent_id, datestamp, seq_num, record_index and
+// format. Batches without identity (json_array, json_lines) are keyed by
+// "<environment_id>/<batch content hash>" and carry no seq_num header.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/rtld"
+	kafkago "github.com/segmentio/kafka-go"
+)
+
+// Config configures the sink.
+type Config struct {
+	// Brokers are the bootstrap brokers (host:port).
+	Brokers []string
+	// Topic receives the records (DESIGN.md default cdn-access-logs).
+	Topic string
+	// Compression is none, gzip, snappy, lz4 or zstd (default lz4).
+	Compression string
+	// CreateTopic creates the topic at first use when it does not exist,
+	// with Partitions and ReplicationFactor (-1: the broker's default).
+	CreateTopic       bool
+	Partitions        int
+	ReplicationFactor int
+	// WriteTimeout bounds one delivery (default 30s); a timed-out delivery
+	// is retried by the worker.
+	WriteTimeout time.Duration
+	// Logger receives topic creation notes.
+	Logger *slog.Logger
+}
+
+// Sink writes batches to Kafka. It is safe for concurrent use.
+type Sink struct {
+	cfg    Config
+	w      *kafkago.Writer
+	log    *slog.Logger
+	mu     sync.Mutex
+	topicK bool // topic checked or created
+}
+
+// ParseCompression maps a flag value to a kafka-go codec.
+func ParseCompression(s string) (kafkago.Compression, error) {
+	switch strings.ToLower(s) {
+	case "", "lz4":
+		return kafkago.Lz4, nil
+	case "none":
+		return 0, nil
+	case "gzip":
+		return kafkago.Gzip, nil
+	case "snappy":
+		return kafkago.Snappy, nil
+	case "zstd":
+		return kafkago.Zstd, nil
+	}
+	return 0, fmt.Errorf("unknown Kafka compression %q (none, gzip, snappy, lz4, zstd)", s)
+}
+
+// New returns a sink. It does not connect until the first delivery.
+func New(cfg Config) (*Sink, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("kafka sink: no brokers")
+	}
+	if cfg.Topic == "" {
+		return nil, errors.New("kafka sink: no topic")
+	}
+	comp, err := ParseCompression(cfg.Compression)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &kafkago.Writer{
+		Addr:                   kafkago.TCP(cfg.Brokers...),
+		Topic:                  cfg.Topic,
+		Balancer:               kafkago.Murmur2Balancer{}, // same partitioning as the Java client
+		RequiredAcks:           kafkago.RequireAll,
+		Compression:            comp,
+		BatchSize:              10_000,
+		BatchBytes:             16 << 20,
+		BatchTimeout:           2 * time.Millisecond,
+		MaxAttempts:            3,
+		WriteBackoffMin:        100 * time.Millisecond,
+		WriteBackoffMax:        time.Second,
+		ReadTimeout:            cfg.WriteTimeout,
+		WriteTimeout:           cfg.WriteTimeout,
+		AllowAutoTopicCreation: cfg.CreateTopic,
+	}
+	return &Sink{cfg: cfg, w: w, log: cfg.Logger}, nil
+}
+
+// ensureTopic creates the topic once, ignoring "already exists".
+func (s *Sink) ensureTopic(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.topicK || !s.cfg.CreateTopic {
+		return nil
+	}
+	parts, rf := s.cfg.Partitions, s.cfg.ReplicationFactor
+	if parts == 0 {
+		parts = -1
+	}
+	if rf == 0 {
+		rf = -1
+	}
+	c := &kafkago.Client{Addr: kafkago.TCP(s.cfg.Brokers...), Timeout: 10 * time.Second}
+	resp, err := c.CreateTopics(ctx, &kafkago.CreateTopicsRequest{
+		Topics: []kafkago.TopicConfig{{Topic: s.cfg.Topic, NumPartitions: parts, ReplicationFactor: rf}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating Kafka topic %s: %w", s.cfg.Topic, err)
+	}
+	if terr := resp.Errors[s.cfg.Topic]; terr != nil && !errors.Is(terr, kafkago.TopicAlreadyExists) {
+		// Not fatal: the topic may be managed elsewhere; writing tells.
+		s.log.Warn("kafka sink: cannot create topic; it must exist", "topic", s.cfg.Topic, "err", terr)
+	} else if terr == nil {
+		s.log.Info("kafka sink: created topic", "topic", s.cfg.Topic, "partitions", parts)
+	}
+	s.topicK = true
+	return nil
+}
+
+// Deliver writes one message per record of every batch and returns nil only
+// when the brokers acknowledged all of them (acks=all). On error some
+// messages may have been written: the worker retries the whole group, so
+// Kafka is at-least-once.
+func (s *Sink) Deliver(ctx context.Context, batches []*rtld.Batch) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	if err := s.ensureTopic(ctx); err != nil {
+		return err
+	}
+	msgs := Messages(batches)
+	if err := s.w.WriteMessages(ctx, msgs...); err != nil {
+		var we kafkago.WriteErrors
+		if errors.As(err, &we) {
+			return fmt.Errorf("kafka: %d of %d messages not acknowledged: %w", we.Count(), len(msgs), firstError(we))
+		}
+		return fmt.Errorf("kafka: writing %d messages: %w", len(msgs), err)
+	}
+	return nil
+}
+
+func firstError(we kafkago.WriteErrors) error {
+	for _, e := range we {
+		if e != nil {
+			return e
+		}
+	}
+	return errors.New("unknown error")
+}
+
+// Messages turns batches into Kafka messages (exported for tests and the
+// benchmark).
+func Messages(batches []*rtld.Batch) []kafkago.Message {
+	n := 0
+	for _, b := range batches {
+		n += len(b.Records)
+	}
+	msgs := make([]kafkago.Message, 0, n)
+	for _, b := range batches {
+		var key []byte
+		if b.AgentID != "" {
+			key = []byte(b.EnvironmentID + "/" + b.AgentID)
+		} else {
+			key = []byte(b.EnvironmentID + "/" + b.ContentHash())
+		}
+		base := []kafkago.Header{
+			{Key: "environment_id", Value: []byte(b.EnvironmentID)},
+			{Key: "format", Value: []byte(b.Format)},
+		}
+		if b.ProfileID != "" {
+			base = append(base, kafkago.Header{Key: "profile_id", Value: []byte(b.ProfileID)})
+		}
+		if b.AgentID != "" {
+			base = append(base, kafkago.Header{Key: "agent_id", Value: []byte(b.AgentID)})
+		}
+		if b.Datestamp != "" {
+			base = append(base, kafkago.Header{Key: "datestamp", Value: []byte(b.Datestamp)})
+		}
+		if b.SeqNum >= 0 {
+			base = append(base, kafkago.Header{Key: "seq_num", Value: []byte(strconv.FormatInt(b.SeqNum, 10))})
+		}
+		t := time.Unix(0, b.ReceivedUnixNano)
+		for i, r := range b.Records {
+			h := make([]kafkago.Header, len(base), len(base)+1)
+			copy(h, base)
+			h = append(h, kafkago.Header{Key: "record_index", Value: []byte(strconv.Itoa(i))})
+			msgs = append(msgs, kafkago.Message{Key: key, Value: r, Headers: h, Time: t})
+		}
+	}
+	return msgs
+}
+
+// Ping checks that a broker answers (for readiness).
+func (s *Sink) Ping(ctx context.Context) error {
+	var d net.Dialer
+	for _, b := range s.cfg.Brokers {
+		c, err := d.DialContext(ctx, "tcp", b)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+	}
+	return fmt.Errorf("no Kafka broker of %v answers", s.cfg.Brokers)
+}
+
+// Close flushes and closes the writer.
+func (s *Sink) Close() error {
+	if err := s.w.Close(); err != nil {
+		return fmt.Errorf("closing Kafka writer: %w", err)
+	}
+	return nil
+}
