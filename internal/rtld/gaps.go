@@ -29,7 +29,8 @@ const keepDays = 4
 // (a reset upstream) restarts the agent's sequence instead.
 const maxJump = 100_000
 
-// GapTracker follows seq_num per (environment, agent, datestamp): it counts
+// GapTracker follows seq_num per (environment, profile, agent, datestamp)
+// (the platform counts seq_num per profile and agent): it counts
 // duplicates and, once a missing seq_num has stayed missing for the grace
 // period, a gap (a batch lost upstream). It also answers whether a batch was
 // already spooled, so ingest can acknowledge a platform retry without
@@ -45,7 +46,7 @@ type GapTracker struct {
 	next   uint64 // spool index after the last observed entry
 }
 
-type agentKey struct{ Env, Agent string }
+type agentKey struct{ Env, Profile, Agent string }
 
 type agentState struct {
 	days map[string]*dayState
@@ -71,13 +72,14 @@ func NewGapTracker(dir string, grace time.Duration, m *Metrics, log *slog.Logger
 }
 
 type savedState struct {
-	Next   uint64        `json:"next_index"`
+	Next   uint64       `json:"next_index"`
 	Agents []savedAgent `json:"agents"`
 }
 
 type savedAgent struct {
-	Env   string               `json:"environment_id"`
-	Agent string               `json:"agent_id"`
+	Env     string               `json:"environment_id"`
+	Profile string               `json:"profile_id"`
+	Agent   string               `json:"agent_id"`
 	Days  map[string]*dayState `json:"days"`
 }
 
@@ -96,7 +98,7 @@ func (g *GapTracker) load() error {
 	}
 	g.next = st.Next
 	for _, a := range st.Agents {
-		g.agents[agentKey{a.Env, a.Agent}] = &agentState{days: a.Days}
+		g.agents[agentKey{a.Env, a.Profile, a.Agent}] = &agentState{days: a.Days}
 	}
 	return nil
 }
@@ -105,13 +107,17 @@ func (g *GapTracker) save() (uint64, error) {
 	g.mu.Lock()
 	st := savedState{Next: g.next}
 	for k, a := range g.agents {
-		st.Agents = append(st.Agents, savedAgent{Env: k.Env, Agent: k.Agent, Days: a.days})
+		st.Agents = append(st.Agents, savedAgent{Env: k.Env, Profile: k.Profile, Agent: k.Agent, Days: a.days})
 	}
 	sort.Slice(st.Agents, func(i, j int) bool {
-		if st.Agents[i].Env != st.Agents[j].Env {
-			return st.Agents[i].Env < st.Agents[j].Env
+		x, y := st.Agents[i], st.Agents[j]
+		if x.Env != y.Env {
+			return x.Env < y.Env
 		}
-		return st.Agents[i].Agent < st.Agents[j].Agent
+		if x.Profile != y.Profile {
+			return x.Profile < y.Profile
+		}
+		return x.Agent < y.Agent
 	})
 	data, err := json.Marshal(st)
 	g.mu.Unlock()
@@ -136,15 +142,16 @@ func (g *GapTracker) save() (uint64, error) {
 	return st.Next, nil
 }
 
-// Seen reports whether the batch (env, agent, datestamp, seq) was already
-// observed in the spool. Batches without identity are never seen.
-func (g *GapTracker) Seen(env, agent, datestamp string, seq int64) bool {
-	if agent == "" || seq < 0 {
+// Seen reports whether the batch b (with identity) was already observed in
+// the spool. Batches without identity are never seen.
+func (g *GapTracker) Seen(b *Batch) bool {
+	if !b.HasIdentity() {
 		return false
 	}
+	datestamp, seq := b.Datestamp, b.SeqNum
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	a := g.agents[agentKey{env, agent}]
+	a := g.agents[agentKey{b.EnvironmentID, b.ProfileID, b.AgentID}]
 	if a == nil {
 		return false
 	}
@@ -169,7 +176,7 @@ func (g *GapTracker) observe(b *Batch, now time.Time) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	k := agentKey{b.EnvironmentID, b.AgentID}
+	k := agentKey{b.EnvironmentID, b.ProfileID, b.AgentID}
 	a := g.agents[k]
 	if a == nil {
 		a = &agentState{days: map[string]*dayState{}}

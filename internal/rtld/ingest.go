@@ -58,7 +58,7 @@ type Spooler interface {
 // DuplicateChecker is what ingest needs from the gap tracker: whether a
 // batch with identity was already spooled, and counting a dropped duplicate.
 type DuplicateChecker interface {
-	Seen(env, agent, datestamp string, seq int64) bool
+	Seen(b *Batch) bool
 	CountDuplicate(env, agent string)
 }
 
@@ -235,7 +235,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	batch.ReceivedUnixNano = start.UnixNano()
 	n := len(batch.Records)
-	if in.dups != nil && batch.HasIdentity() && in.dups.Seen(env, batch.AgentID, batch.Datestamp, batch.SeqNum) {
+	if in.dups != nil && batch.HasIdentity() && in.dups.Seen(batch) {
 		in.dups.CountDuplicate(env, batch.AgentID)
 		in.metrics.batches.WithLabelValues(StatusDuplicate).Inc()
 		in.metrics.records.WithLabelValues(StatusDuplicate).Add(float64(n))

@@ -49,8 +49,8 @@ func (m *memSpool) len() int { m.mu.Lock(); defer m.mu.Unlock(); return len(m.en
 
 type seenSet map[string]bool
 
-func (s seenSet) Seen(env, agent, ds string, seq int64) bool {
-	return s[fmt.Sprint(env, agent, ds, seq)]
+func (s seenSet) Seen(b *Batch) bool {
+	return s[fmt.Sprint(b.EnvironmentID, b.AgentID, b.Datestamp, b.SeqNum)]
 }
 func (s seenSet) CountDuplicate(env, agent string) {}
 

@@ -112,7 +112,7 @@ type SpoolStatser interface {
 
 // spoolCollector reads the spool's backlog at scrape time.
 type spoolCollector struct {
-	s                             SpoolStatser
+	s                               SpoolStatser
 	bytes, entries, age, lagE, lagB *prometheus.Desc
 }
 

@@ -25,7 +25,8 @@ const AccessLogsTable = "access_logs"
 // from the batch's environment).
 //
 // Identity: a batch with identity (log_format json) names each record by
-// (environment_id, agent_id, datestamp, seq_num, record_index), with
+// (environment_id, profile_id, agent_id, datestamp, seq_num, record_index)
+// (seq_num counts per profile and agent), with
 // record_key ''. A record of a batch without identity (json_array,
 // json_lines) gets agent_id '', datestamp '', seq_num -1 and record_key =
 // its "uuid" field with record_index 0 when it has one, or else the batch's
@@ -160,7 +161,7 @@ func AccessLogsDDL(db *DB, fields []logfield.Field) string {
 		part = "toYYYYMM(`timestamp`)"
 	}
 	return s + " ENGINE = ReplacingMergeTree(insert_version)\nPARTITION BY " + part +
-		"\nORDER BY (environment_id, agent_id, datestamp, seq_num, record_key, record_index)"
+		"\nORDER BY (environment_id, profile_id, agent_id, datestamp, seq_num, record_key, record_index)"
 }
 
 func hasTimestamp(cols []accessColumn) bool {

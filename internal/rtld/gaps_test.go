@@ -1,0 +1,127 @@
+package rtld
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/rtld/spool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func idBatch(agent, day string, seq int64) *Batch {
+	return &Batch{EnvironmentID: "env", ProfileID: "1", Format: FormatJSON, AgentID: agent, Datestamp: day, SeqNum: seq,
+		Records: []json.RawMessage{json.RawMessage(`{}`)}}
+}
+
+func TestGapTracker(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	g, err := NewGapTracker(t.TempDir(), time.Minute, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(1_800_000_000, 0)
+	for _, seq := range []int64{0, 1, 4, 2, 1, 7} { // 3, 5, 6 missing; 1 duplicated; 2 late but in grace
+		g.observe(idBatch("a", "20261123", seq), t0)
+	}
+	g.observe(idBatch("b", "20261123", 0), t0)
+	g.observe(idBatch("a", "20261124", 0), t0) // midnight reset: no gap
+	gaps := func() float64 { return testutil.ToFloat64(m.gaps.WithLabelValues("env", "a")) }
+	if d := testutil.ToFloat64(m.duplicates.WithLabelValues("env", "a")); d != 1 {
+		t.Fatalf("duplicates = %v, want 1", d)
+	}
+	g.sweep(t0.Add(30 * time.Second))
+	if gaps() != 0 || testutil.ToFloat64(m.missing) != 3 {
+		t.Fatalf("within grace: gaps %v missing %v", gaps(), testutil.ToFloat64(m.missing))
+	}
+	g.observe(idBatch("a", "20261123", 5), t0.Add(40*time.Second)) // arrives within grace
+	g.sweep(t0.Add(2 * time.Minute))
+	if gaps() != 2 || testutil.ToFloat64(m.missing) != 0 {
+		t.Fatalf("after grace: gaps %v (want 2) missing %v", gaps(), testutil.ToFloat64(m.missing))
+	}
+	if g.Seen(idBatch("a", "20261123", 3)) || !g.Seen(idBatch("a", "20261123", 4)) || g.Seen(idBatch("a", "20261123", 8)) {
+		t.Fatal("Seen is wrong")
+	}
+	g.observe(idBatch("a", "20261123", 6), t0.Add(3*time.Minute)) // after being counted lost
+	if l := testutil.ToFloat64(m.late.WithLabelValues("env", "a")); l != 1 {
+		t.Fatalf("late = %v", l)
+	}
+	// State survives a restart.
+	if _, err := g.save(); err != nil {
+		t.Fatal(err)
+	}
+	g2, err := NewGapTracker(g.path[:len(g.path)-len("/gaps.json")], time.Minute, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g2.Seen(idBatch("a", "20261123", 6)) || g2.Seen(idBatch("a", "20261123", 3)) {
+		t.Fatal("state not restored")
+	}
+}
+
+// flakySink fails its first n deliveries.
+type flakySink struct {
+	mu      sync.Mutex
+	fail    int
+	records []string
+}
+
+func (f *flakySink) Deliver(ctx context.Context, bs []*Batch) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail > 0 {
+		f.fail--
+		return errors.New("sink down")
+	}
+	for _, b := range bs {
+		for _, r := range b.Records {
+			f.records = append(f.records, string(r))
+		}
+	}
+	return nil
+}
+
+func (f *flakySink) count() int { f.mu.Lock(); defer f.mu.Unlock(); return len(f.records) }
+
+func TestWorkerRetriesAndCommitsOnlyAfterAck(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := spool.Open(spool.Options{Dir: dir, Readers: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	for i := 0; i < 10; i++ {
+		b := idBatch("a", "20261123", int64(i))
+		if err := sp.Append(context.Background(), MarshalBatch(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, _ := sp.Reader("x")
+	sink := &flakySink{fail: 3}
+	m := NewMetrics(prometheus.NewRegistry())
+	w := &Worker{Name: "x", Sink: sink, Reader: r, Metrics: m, MaxBatches: 4, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for sink.count() < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("delivered %d of 10", sink.count())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if e := testutil.ToFloat64(m.sinkErrors.WithLabelValues("x")); e != 3 {
+		t.Fatalf("errors = %v", e)
+	}
+	if got := r.Committed().Index; got != 10 {
+		t.Fatalf("committed index %d, want 10", got)
+	}
+}
