@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -83,15 +84,15 @@ type Panel struct {
 
 // Target is one query of a panel (Prometheus or ClickHouse plugin fields).
 type Target struct {
-	RefID      string         `json:"refId"`
-	Datasource *DatasourceRef `json:"datasource"`
-	Hide       bool           `json:"hide"`
-	Expr       string         `json:"expr"`    // Prometheus
-	Instant    bool           `json:"instant"` // Prometheus
-	RawSQL     string         `json:"rawSql"`  // ClickHouse
-	EditorType string         `json:"editorType"`
-	Format     *int           `json:"format"`
-	QueryType  string         `json:"queryType"`
+	RefID      string          `json:"refId"`
+	Datasource *DatasourceRef  `json:"datasource"`
+	Hide       bool            `json:"hide"`
+	Expr       string          `json:"expr"`    // Prometheus
+	Instant    bool            `json:"instant"` // Prometheus
+	RawSQL     string          `json:"rawSql"`  // ClickHouse
+	EditorType string          `json:"editorType"`
+	Format     json.RawMessage `json:"format"` // "table" (Prometheus) or 0/1 (ClickHouse)
+	QueryType  string          `json:"queryType"`
 }
 
 // Query is one query a dashboard runs: a panel target or a variable's query.
@@ -240,7 +241,7 @@ func (d Dashboard) Queries() ([]Query, error) {
 				q.Text = tg.Expr
 			case ClickHouseSQL:
 				q.Text = tg.RawSQL
-				q.Instant = tg.Format != nil && *tg.Format == clickHouseFormatTable
+				q.Instant = string(tg.Format) == clickHouseFormatTable
 			}
 			out = append(out, q)
 		}
@@ -250,4 +251,27 @@ func (d Dashboard) Queries() ([]Query, error) {
 
 // clickHouseFormatTable is the ClickHouse plugin's "format" value of a table
 // query (0 is time series).
-const clickHouseFormatTable = 1
+const clickHouseFormatTable = "1"
+
+var (
+	labelValuesOf = regexp.MustCompile(`^\s*label_values\((.*),\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$`)
+	labelValues   = regexp.MustCompile(`^\s*label_values\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$`)
+	queryResult   = regexp.MustCompile(`^\s*query_result\((.*)\)\s*$`)
+)
+
+// PromQLOfVariable turns a Prometheus variable query (Grafana's
+// label_values(selector, label), label_values(label), query_result(expr))
+// into a PromQL query with the same series: what Grafana asks the label
+// values API, as a query that can be run and checked for results.
+func PromQLOfVariable(q string) string {
+	if m := labelValuesOf.FindStringSubmatch(q); m != nil {
+		return fmt.Sprintf("count by (%s) (%s)", m[2], strings.TrimSpace(m[1]))
+	}
+	if m := labelValues.FindStringSubmatch(q); m != nil {
+		return fmt.Sprintf(`count by (%s) ({%s!=""})`, m[1], m[1])
+	}
+	if m := queryResult.FindStringSubmatch(q); m != nil {
+		return strings.TrimSpace(m[1])
+	}
+	return q
+}

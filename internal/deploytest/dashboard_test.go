@@ -1,0 +1,372 @@
+package deploytest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+const dashboardDir = "../../dashboards"
+
+func loadDashboards(t *testing.T) []Dashboard {
+	t.Helper()
+	ds, err := LoadDashboards(dashboardDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// TestDashboardsWellFormed checks what makes a dashboard importable as a file
+// and by the Grafana sidecar: unique uid, schema version, datasources as
+// variables (no instance-specific uids), every target non-empty and pointing
+// at a datasource, unique panel ids, panels not overlapping.
+func TestDashboardsWellFormed(t *testing.T) {
+	ds := loadDashboards(t)
+	if len(ds) != 4 {
+		t.Errorf("%d dashboards, want 4 (CDN overview, Origins, Access logs, Pipeline health)", len(ds))
+	}
+	uids := map[string]string{}
+	for _, d := range ds {
+		t.Run(d.File, func(t *testing.T) {
+			if d.UID == "" || d.Title == "" {
+				t.Errorf("uid %q title %q", d.UID, d.Title)
+			}
+			if prev, dup := uids[d.UID]; dup {
+				t.Errorf("uid %s also used by %s", d.UID, prev)
+			}
+			uids[d.UID] = d.File
+			if d.SchemaVersion < 36 {
+				t.Errorf("schemaVersion %d: datasource references need >= 36", d.SchemaVersion)
+			}
+			raw, err := os.ReadFile(filepath.Join(dashboardDir, d.File))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var top map[string]any
+			if err := json.Unmarshal(raw, &top); err != nil {
+				t.Fatal(err)
+			}
+			if id, ok := top["id"]; ok && id != nil {
+				t.Errorf("id %v is set: an imported dashboard must not carry a database id", id)
+			}
+			ids := map[int]bool{}
+			type rect struct{ x, y, w, h int }
+			var placed []rect
+			for _, p := range d.AllPanels() {
+				if ids[p.ID] {
+					t.Errorf("panel id %d used twice", p.ID)
+				}
+				ids[p.ID] = true
+				if p.Type == "row" {
+					continue
+				}
+				if len(p.Targets) == 0 {
+					t.Errorf("panel %q has no targets", p.Title)
+				}
+				for _, tg := range p.Targets {
+					if strings.TrimSpace(tg.Expr+tg.RawSQL) == "" {
+						t.Errorf("panel %q target %s is empty", p.Title, tg.RefID)
+					}
+					ref := tg.Datasource
+					if ref == nil {
+						ref = p.Datasource
+					}
+					if ref == nil {
+						t.Errorf("panel %q target %s has no datasource", p.Title, tg.RefID)
+					} else if _, ok := variableReference(ref.UID); !ok {
+						t.Errorf("panel %q target %s: datasource uid %q is instance-specific; use ${DS_…}", p.Title, tg.RefID, ref.UID)
+					}
+				}
+			}
+			// Panel geometry from the raw JSON (not part of the model).
+			var geo struct {
+				Panels []struct {
+					Title   string                   `json:"title"`
+					GridPos struct{ X, Y, W, H int } `json:"gridPos"`
+				} `json:"panels"`
+			}
+			if err := json.Unmarshal(raw, &geo); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range geo.Panels {
+				r := rect{p.GridPos.X, p.GridPos.Y, p.GridPos.W, p.GridPos.H}
+				if r.w <= 0 || r.h <= 0 || r.x+r.w > 24 {
+					t.Errorf("panel %q gridPos %+v outside the 24-column grid", p.Title, r)
+				}
+				for _, o := range placed {
+					if r.x < o.x+o.w && o.x < r.x+r.w && r.y < o.y+o.h && o.y < r.y+r.h {
+						t.Errorf("panel %q overlaps another at %+v", p.Title, o)
+					}
+				}
+				placed = append(placed, r)
+			}
+			qs, err := d.Queries()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(qs) == 0 {
+				t.Error("no queries")
+			}
+		})
+	}
+}
+
+// TestDashboardContract checks the queries against the public contract of
+// DESIGN.md: metric names, labels and tables the pipeline produces.
+func TestDashboardContract(t *testing.T) {
+	metric := regexp.MustCompile(`\b(cdn_[a-z0-9_]+|edgepipe_[a-z0-9_]+)\b`)
+	datasets := []string{"edge_usage_by_country", "edge_errors", "origin_usage_by_country", "origin_usage", "origin_errors", "origin_offload"}
+	seen := map[string]bool{}
+	for _, d := range loadDashboards(t) {
+		qs, err := d.Queries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			switch q.Language {
+			case PromQL:
+				for _, m := range metric.FindAllString(q.Text, -1) {
+					if strings.HasPrefix(m, "cdn_") {
+						ds := ""
+						for _, name := range datasets {
+							if strings.HasPrefix(m, "cdn_"+name+"_") && len(name) > len(ds) {
+								ds = name
+							}
+						}
+						if ds == "" {
+							t.Errorf("%s %s: %s names no dataset", q.Dashboard, q.Where, m)
+						}
+						seen[ds] = true
+						if strings.Contains(m, "_ms_") || strings.HasSuffix(m, "_percentile") || strings.Contains(m, "bits_") {
+							t.Errorf("%s %s: %s uses the API's name, not the exported one (seconds, bytes)", q.Dashboard, q.Where, m)
+						}
+					}
+				}
+				if strings.Contains(q.Text, "quantile=") {
+					t.Errorf("%s %s: the percentile label is \"percentile\", not \"quantile\"", q.Dashboard, q.Where)
+				}
+			case ClickHouseSQL:
+				if !strings.Contains(q.Text, "access_logs") {
+					t.Errorf("%s %s: does not read access_logs", q.Dashboard, q.Where)
+				}
+				if !q.Variable && !strings.Contains(q.Text, "$__timeFilter(") {
+					t.Errorf("%s %s: no $__timeFilter: the query would scan the whole table", q.Dashboard, q.Where)
+				}
+			}
+		}
+	}
+	for _, ds := range datasets {
+		if !seen[ds] {
+			t.Errorf("no dashboard shows dataset %s", ds)
+		}
+	}
+}
+
+// testValues are the substitutions of the offline tests.
+func testValues() Values {
+	to := time.Now().Truncate(time.Second)
+	return Values{
+		From: to.Add(-time.Hour), To: to,
+		Interval: time.Minute, RateInterval: 4 * time.Minute,
+		Vars: map[string][]string{
+			"environment_id": {"env-a", "env-b"},
+			"country_code":   {"us"},
+			"origin_name":    {"origin-1"},
+			"job":            {"edgepipe"},
+		},
+		All: map[string]bool{"job": true},
+	}
+}
+
+func TestExpand(t *testing.T) {
+	d := Dashboard{File: "t.json"}
+	d.Templating.List = []Variable{
+		{Name: "DS", Type: "datasource", Query: json.RawMessage(`"prometheus"`)},
+		{Name: "env", Type: "query", Multi: true, IncludeAll: true, AllValue: ".*"},
+		{Name: "single", Type: "custom"},
+		{Name: "envs", Type: "query", Multi: true, IncludeAll: true},
+	}
+	from := time.Unix(1700000000, 0)
+	v := Values{
+		From: from, To: from.Add(90 * time.Minute), Interval: 30 * time.Second, RateInterval: 2 * time.Minute,
+		Vars: map[string][]string{"env": {"a.b", "c"}, "single": {"x"}, "envs": {"e1", "e2"}},
+		All:  map[string]bool{},
+	}
+	all := v
+	all.All = map[string]bool{"env": true, "envs": true}
+	prom := func(s string) Query { return Query{Dashboard: "t.json", Language: PromQL, Text: s} }
+	sql := func(s string) Query { return Query{Dashboard: "t.json", Language: ClickHouseSQL, Text: s} }
+	for _, tc := range []struct {
+		name string
+		q    Query
+		v    Values
+		want string
+		err  string
+	}{
+		{"multi regex", prom(`x{e=~"$env"}`), v, `x{e=~"(a\\.b|c)"}`, ""},
+		{"braces", prom(`x{e=~"${env}"}`), v, `x{e=~"(a\\.b|c)"}`, ""},
+		{"all value", prom(`x{e=~"$env"}`), all, `x{e=~".*"}`, ""},
+		{"single", prom(`x{s="$single"}`), v, `x{s="x"}`, ""},
+		{"rate interval", prom(`rate(x[$__rate_interval])`), v, `rate(x[2m])`, ""},
+		{"interval and range", prom(`increase(x[$__range]) / $__interval_ms`), v, `increase(x[90m]) / 30000`, ""},
+		{"unknown variable", prom(`x{e="$nope"}`), v, "", "unknown variable $nope"},
+		{"unknown builtin", prom(`x[$__nope]`), v, "", "unexpanded"},
+		{"time filter", sql(`SELECT 1 FROM t WHERE $__timeFilter(ts)`), v,
+			`SELECT 1 FROM t WHERE ts >= toDateTime(1700000000) AND ts <= toDateTime(1700005400)`, ""},
+		{"from to interval_s", sql(`SELECT $__fromTime, $__toTime, $__interval_s`), v,
+			`SELECT toDateTime(1700000000), toDateTime(1700005400), 30`, ""},
+		{"time interval", sql(`SELECT $__timeInterval(ts)`), v, `SELECT toStartOfInterval(toDateTime(ts), INTERVAL 30 second)`, ""},
+		{"date filter", sql(`WHERE $__dateFilter(d)`), v, `WHERE d >= toDate('2023-11-14') AND d <= toDate('2023-11-14')`, ""},
+		{"singlequote", sql(`WHERE e IN (${envs:singlequote})`), v, `WHERE e IN ('e1','e2')`, ""},
+		{"conditionalAll selected", sql(`WHERE $__conditionalAll(e IN (${envs:singlequote}), $envs)`), v, `WHERE e IN ('e1','e2')`, ""},
+		{"conditionalAll all", sql(`WHERE $__conditionalAll(e IN (${envs:singlequote}), $envs)`), all, `WHERE 1=1`, ""},
+		{"multi without format in SQL", sql(`WHERE e IN ($envs)`), v, "", "needs a format"},
+		{"unknown macro", sql(`WHERE $__timeFilterX(ts)`), v, "", "unknown macro"},
+		{"unbalanced macro", sql(`WHERE $__timeFilter(ts`), v, "", "unbalanced"},
+		{"datasource variable in query", prom(`x{a="$DS"}`), v, "", "datasource variable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Expand(d, tc.q, tc.v)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Expand(%q) = %q, %v; want error containing %q", tc.q.Text, got, err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("Expand(%q) = %q, %v; want %q", tc.q.Text, got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPromQLOfVariable(t *testing.T) {
+	for in, want := range map[string]string{
+		`label_values(up, job)`:                           `count by (job) (up)`,
+		`label_values(x{e=~"a|b"}, country_code)`:         `count by (country_code) (x{e=~"a|b"})`,
+		`label_values({__name__=~"edgepipe_.+"}, job)`:    `count by (job) ({__name__=~"edgepipe_.+"})`,
+		`label_values(job)`:                               `count by (job) ({job!=""})`,
+		`query_result(topk(5, sum by (a) (rate(x[5m]))))`: `topk(5, sum by (a) (rate(x[5m])))`,
+		`sum by (a) (x)`:                                  `sum by (a) (x)`,
+	} {
+		if got := PromQLOfVariable(in); got != want {
+			t.Errorf("PromQLOfVariable(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestDashboardQueriesExpand expands every query of every dashboard with
+// sample values: each must expand without an unknown variable or macro.
+func TestDashboardQueriesExpand(t *testing.T) {
+	n := 0
+	for _, d := range loadDashboards(t) {
+		qs, err := d.Queries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if _, err := Expand(d, q, testValues()); err != nil {
+				t.Errorf("%s %s: %v", q.Dashboard, q.Where, err)
+			}
+			n++
+		}
+	}
+	t.Logf("%d queries expanded", n)
+}
+
+// TestDashboardPromQLParses runs every PromQL query (variables and macros
+// substituted) against a real Prometheus with an empty TSDB: the server
+// parses and evaluates it, so a syntax or type error fails here.
+func TestDashboardPromQLParses(t *testing.T) {
+	prom := testenv.Prometheus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n := 0
+	for _, d := range loadDashboards(t) {
+		qs, err := d.Queries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Language != PromQL {
+				continue
+			}
+			expr, err := Expand(d, q, testValues())
+			if err != nil {
+				t.Errorf("%s %s: %v", q.Dashboard, q.Where, err)
+				continue
+			}
+			if q.Variable {
+				expr = PromQLOfVariable(expr)
+			}
+			if _, err := prom.Query(ctx, expr); err != nil {
+				t.Errorf("%s %s: %v", q.Dashboard, q.Where, err)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no PromQL queries found")
+	}
+	t.Logf("%d PromQL queries run", n)
+}
+
+// standInAccessLogs is a table with the access_logs columns the dashboards
+// read, for checking the SQL offline. The end-to-end test uses the table the
+// receiver creates.
+const standInAccessLogs = `CREATE TABLE %s.access_logs (
+	timestamp DateTime, environment_id String, uuid String, status_code UInt16, host String,
+	path String, cache_status String, pop String, total_time Float64, bytes_out UInt64,
+	client_country_code String
+) ENGINE = ReplacingMergeTree() ORDER BY (environment_id, timestamp, uuid)`
+
+// TestDashboardSQLRuns runs every ClickHouse query (macros and variables
+// substituted) against a real ClickHouse 18.16 holding a stand-in
+// access_logs table with rows in the time range: each must run and return
+// rows, so functions newer than the server (toStartOfInterval, DateTime64)
+// fail here.
+func TestDashboardSQLRuns(t *testing.T) {
+	ch := testenv.ClickHouse(t)
+	db := ch.NewDatabase(t)
+	ch.Exec(t, fmt.Sprintf(standInAccessLogs, db))
+	ch.Exec(t, fmt.Sprintf(`INSERT INTO %s.access_logs (timestamp, environment_id, uuid, status_code, host, path, cache_status, pop, total_time, bytes_out, client_country_code)
+		SELECT toDateTime(toUInt32(now()) - number * 7), if(number %% 2 = 0, 'env-a', 'env-b'), toString(number),
+			toUInt16(arrayElement([200, 200, 304, 404, 503], number %% 5 + 1)), concat('h', toString(number %% 3), '.example'),
+			concat('/p/', toString(number %% 11)), arrayElement(['TCP_HIT', 'TCP_MISS', 'TCP_EXPIRED_HIT'], number %% 3 + 1),
+			arrayElement(['fra', 'iad', 'sin'], number %% 3 + 1), (number %% 100) / 250, number * 13, 'us'
+		FROM system.numbers LIMIT 400`, db))
+	opts, err := clickhouse.ParseDSN(ch.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := clickhouse.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	n := runSQLQueries(t, conn, loadDashboards(t), []Values{testValues(), allSelected(testValues())})
+	if n == 0 {
+		t.Fatal("no ClickHouse queries found")
+	}
+	t.Logf("%d SQL queries run", n)
+}
+
+// allSelected returns v with every variable in "All".
+func allSelected(v Values) Values {
+	v.All = map[string]bool{}
+	for k := range v.Vars {
+		v.All[k] = true
+	}
+	return v
+}
