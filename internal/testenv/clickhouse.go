@@ -208,6 +208,24 @@ func (ch *ClickHouseServer) Exec(t testing.TB, sql string) {
 	}
 }
 
+// QueryUint64 runs a query returning one unsigned integer (e.g.
+// "SELECT count() FROM db.t FINAL") and fails the test on error.
+func (ch *ClickHouseServer) QueryUint64(t testing.TB, sql string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := clickhouse.Open(ch.options("default"))
+	if err != nil {
+		t.Fatalf("testenv: open clickhouse: %v", err)
+	}
+	defer conn.Close()
+	var n uint64
+	if err := conn.QueryRow(ctx, sql).Scan(&n); err != nil {
+		t.Fatalf("testenv: clickhouse query %q: %v", sql, err)
+	}
+	return n
+}
+
 // NewDatabase creates a database with a unique name derived from the test's
 // name and returns that name.
 func (ch *ClickHouseServer) NewDatabase(t testing.TB) string {
@@ -239,13 +257,26 @@ func (ch *ClickHouseServer) Kill() {
 
 // Start starts the server again after Stop or Kill, on the same ports and
 // with the same data directory, and waits until it answers. It does nothing
-// if the server is running. It fails the test (the one ClickHouse was started
-// for) if the server does not come back.
+// if the server is running. It fails the test ClickHouse was started for if
+// the server does not come back, so call it from that test's goroutine; use
+// StartContext elsewhere.
 func (ch *ClickHouseServer) Start() {
 	ch.t.Helper()
-	if err := ch.start(); err != nil {
-		ch.t.Fatalf("testenv: restart clickhouse: %v\n--- clickhouse log ---\n%s", err, ch.logs())
+	if err := ch.StartContext(context.Background()); err != nil {
+		ch.t.Fatalf("testenv: %v", err)
 	}
+}
+
+// StartContext is Start returning an error instead of failing the test, for
+// use from any goroutine (e.g. "restart ClickHouse after 5 seconds").
+func (ch *ClickHouseServer) StartContext(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := ch.start(); err != nil {
+		return fmt.Errorf("restart clickhouse: %w\n--- clickhouse log ---\n%s", err, ch.logs())
+	}
+	return nil
 }
 
 // Running reports whether the server process is alive.

@@ -122,6 +122,18 @@ func TestClickHouse1816Quirks(t *testing.T) {
 	if err := ch.Conn(t).Exec(valuesCtx, "INSERT INTO lc (k, v) VALUES ('z', 1)"); err == nil {
 		t.Log("note: Exec(INSERT … VALUES) works with this driver/server now")
 	}
+	// What does work on 18.16.
+	for _, ddl := range []string{
+		"ALTER TABLE lc ADD COLUMN w UInt64",
+		"CREATE TABLE ok1 (t DateTime('UTC'), u UUID, n Nullable(String), a Array(String), e Enum8('a' = 1)) ENGINE = ReplacingMergeTree PARTITION BY toYYYYMM(t) ORDER BY (u, t)",
+	} {
+		if err := conn.Exec(ctx, ddl); err != nil {
+			t.Errorf("%s: %v", ddl, err)
+		}
+	}
+	if n := ch.QueryUint64(t, "SELECT count() FROM system.columns WHERE database = 'default' AND table = 'lc' AND name = 'w'"); n != 1 {
+		t.Errorf("system.columns shows %d columns named w, want 1", n)
+	}
 	for _, ddl := range []string{
 		"CREATE TABLE x1 (t DateTime64(3)) ENGINE = Memory",
 		"CREATE TABLE x2 (m Map(String, String)) ENGINE = Memory",

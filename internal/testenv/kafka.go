@@ -115,19 +115,29 @@ func (k *KafkaBroker) Pause() {
 
 // Resume starts the broker again on the same port with the data it had.
 // It fails the test if the port cannot be bound again within 10 seconds.
-// Call it from the test's goroutine.
+// Call it from the test's goroutine; use ResumeContext elsewhere.
 func (k *KafkaBroker) Resume() {
 	k.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := k.ResumeContext(ctx); err != nil {
+		k.t.Fatalf("testenv: %v", err)
+	}
+}
+
+// ResumeContext is Resume returning an error instead of failing the test,
+// for use from any goroutine. It retries binding the port until ctx ends.
+func (k *KafkaBroker) ResumeContext(ctx context.Context) error {
 	for {
 		err := k.start()
 		if err == nil {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			k.t.Fatalf("testenv: resume kfake broker: %v", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("resume kfake broker: %w", err)
+		case <-time.After(50 * time.Millisecond):
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

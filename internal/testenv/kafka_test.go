@@ -91,13 +91,17 @@ func TestKafkaPauseKeepsAcknowledgedRecords(t *testing.T) {
 		Balancer:     &kafkago.Hash{},
 		BatchTimeout: 10 * time.Millisecond,
 		MaxAttempts:  2,
+		Compression:  kafkago.Zstd,
 		Transport:    &kafkago.Transport{DialTimeout: time.Second},
 	}
 	defer w.Close()
 	write := func(ctx context.Context, from, to int) error {
 		var ms []kafkago.Message
 		for i := from; i < to; i++ {
-			ms = append(ms, kafkago.Message{Key: []byte(strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))})
+			ms = append(ms, kafkago.Message{
+				Key: []byte(strconv.Itoa(i)), Value: []byte(strconv.Itoa(i)),
+				Headers: []kafkago.Header{{Key: "seq", Value: []byte(strconv.Itoa(i))}},
+			})
 		}
 		return w.WriteMessages(ctx, ms...)
 	}
@@ -119,7 +123,15 @@ func TestKafkaPauseKeepsAcknowledgedRecords(t *testing.T) {
 	}
 	t.Logf("kafka-go while paused: %v", err)
 
-	k.Resume()
+	// Resume from another goroutine, as an outage test would.
+	resumed := make(chan error, 1)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		resumed <- k.ResumeContext(ctx)
+	}()
+	if err := <-resumed; err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if err = write(ctx, 100, 200); err == nil {
@@ -138,6 +150,16 @@ func TestKafkaPauseKeepsAcknowledgedRecords(t *testing.T) {
 	for i := 0; i < 200; i++ {
 		if !got[strconv.Itoa(i)] {
 			t.Fatalf("record %d missing after pause/resume (%d records)", i, len(recs))
+		}
+	}
+	// librdkafka reads kafka-go's zstd batches with their headers.
+	msgs := k.KcatConsume(t, topic)
+	if len(msgs) != len(recs) {
+		t.Fatalf("kcat: %d messages, franz-go: %d", len(msgs), len(recs))
+	}
+	for _, m := range msgs {
+		if seq, _ := m.Header("seq"); m.Payload == nil || seq != *m.Payload {
+			t.Fatalf("kcat: payload %v with header seq=%q", m.Payload, seq)
 		}
 	}
 }
