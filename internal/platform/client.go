@@ -64,6 +64,14 @@ type Observer interface {
 	ObserveRequest(service, method string, status int, took time.Duration)
 }
 
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(service, method string, status int, took time.Duration)
+
+// ObserveRequest calls f.
+func (f ObserverFunc) ObserveRequest(service, method string, status int, took time.Duration) {
+	f(service, method, status, took)
+}
+
 // Config configures a Client. BaseURL, AuthURL, ClientID and ClientSecret are
 // required; everything else has a default.
 type Config struct {
@@ -270,6 +278,12 @@ func (t userAgentTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
+// CloseIdleConnections closes the keep-alive connections of the client's
+// HTTP transport; call it when done with the Client.
+func (c *Client) CloseIdleConnections() {
+	c.hc.CloseIdleConnections()
+}
+
 // Metrics is the metrics service (/metrics/v1, scope app.metrics).
 func (c *Client) Metrics() *Service {
 	return c.Service(ServiceMetrics, VersionMetrics, ScopeMetrics)
@@ -350,6 +364,10 @@ func (s *Service) URL() string { return s.base }
 // bounds each attempt by Config.Timeout and retries per Config.Retry. An
 // answer other than 2xx yields an error wrapping *Error. ctx cancels
 // everything, waits included.
+//
+// Writes are retried like reads: a POST whose answer was lost may have taken
+// effect, so callers of non-idempotent writes must tolerate a repeat (for
+// example, look an object up by its unique name after a conflict).
 func (s *Service) Do(ctx context.Context, method, path string, query url.Values, in, out any) error {
 	if !strings.HasPrefix(path, "/") && path != "" {
 		path = "/" + path

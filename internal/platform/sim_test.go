@@ -203,6 +203,23 @@ func TestSimPagination(t *testing.T) {
 		if n := srv.Stats().Count(routeEnvs, 200); n != 4 {
 			t.Errorf("%d environment pages fetched, want 4", n)
 		}
+		// The ID listings the exporter's discovery uses agree.
+		var ids []string
+		pids, err := c.Accounts().PropertyIDs(ctx, platformsim.DemoOrganizationID)
+		if err != nil || len(pids) != 2 {
+			t.Fatalf("PropertyIDs = %v, %v", pids, err)
+		}
+		for _, p := range pids {
+			eids, err := c.Accounts().EnvironmentIDs(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, eids...)
+		}
+		slices.Sort(ids)
+		if !slices.Equal(ids, want) {
+			t.Errorf("EnvironmentIDs gave %d IDs, want %d", len(ids), len(want))
+		}
 	})
 }
 
