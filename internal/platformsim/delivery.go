@@ -54,6 +54,10 @@ type DeliveryConfig struct {
 	// Transport, when set, replaces the engine's HTTP transport (TLSConfig
 	// and DevInsecureSkipVerify are then ignored).
 	Transport http.RoundTripper
+	// MaxTrackedUUIDs bounds how many generated record UUIDs GeneratedUUIDs
+	// keeps (default 1,000,000, about 60 MB); records beyond it are counted
+	// in DeliveryStats.UntrackedRecords. Negative keeps none.
+	MaxTrackedUUIDs int
 	// Faults injected into deliveries from the start; see SetDeliveryFaults.
 	Faults DeliveryFaults
 	// Logger receives delivery failures and drops (default: discard).
@@ -95,6 +99,9 @@ type DeliveryStats struct {
 	AcksDropped int64
 	// PendingBatches is the number of batches waiting for acknowledgement.
 	PendingBatches int64
+	// UntrackedRecords is the number of generated records whose UUID
+	// GeneratedUUIDs does not hold (beyond DeliveryConfig.MaxTrackedUUIDs).
+	UntrackedRecords int64
 }
 
 // Settled reports whether every generated record has been acknowledged or
@@ -226,6 +233,9 @@ func newDeliveryEngine(cfg DeliveryConfig, seed int64, now func() time.Time,
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 30 * time.Second
 	}
+	if cfg.MaxTrackedUUIDs == 0 {
+		cfg.MaxTrackedUUIDs = 1_000_000
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -304,6 +314,7 @@ func (e *deliveryEngine) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			e.stopLanes(func(laneKey) bool { return true })
+			e.client.CloseIdleConnections()
 			return
 		case t := <-tick.C:
 			dt := t.Sub(last).Seconds()
@@ -398,7 +409,11 @@ func (e *deliveryEngine) sealLocked(ctx context.Context, tg deliveryTarget, ps *
 	e.stats.Batches++
 	e.stats.PendingBatches++
 	for _, r := range recs {
-		e.uuids = append(e.uuids, r.uuid)
+		if len(e.uuids) < e.cfg.MaxTrackedUUIDs {
+			e.uuids = append(e.uuids, r.uuid)
+		} else {
+			e.stats.UntrackedRecords++
+		}
 	}
 	e.mu.Unlock()
 	e.laneFor(ctx, laneKey{tg.profile.ID, agent}).push(b)

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -556,5 +557,58 @@ func TestDeliverySteadyRateAndProfileChanges(t *testing.T) {
 		if !got[u] && st.RecordsDropped == 0 {
 			t.Fatalf("uuid %s generated but not received (stats %+v)", u, st)
 		}
+	}
+}
+
+func TestDeliveryEngineStopsWithServer(t *testing.T) {
+	rcv := newTestReceiver(t, func(int) int { return 503 }) // every batch stays pending
+	before := runtime.NumGoroutine()
+	sim, id, _ := deliverySim(t, rcv, Config{Seed: 3, Delivery: DeliveryConfig{
+		BatchSize: 5, MaxTrackedUUIDs: 7, RecordsPerSecond: 100, FlushInterval: 20 * time.Millisecond}}, validProfile)
+	if err := sim.srv.DeliverRecords(context.Background(), id, 20); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for sim.srv.Delivered().Failures < 6 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	e := sim.srv.rtld.engine
+	e.mu.Lock()
+	var lanes []*lane
+	for _, l := range e.lanes {
+		lanes = append(lanes, l)
+	}
+	e.mu.Unlock()
+	if len(lanes) != 3 {
+		t.Fatalf("%d lanes, want one per agent (3)", len(lanes))
+	}
+	if err := sim.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lanes {
+		select {
+		case <-l.done:
+		default:
+			t.Fatal("a sender is still running after Close")
+		}
+	}
+	st := sim.srv.Delivered()
+	if n := len(sim.srv.GeneratedUUIDs()); n != 7 || st.UntrackedRecords != st.RecordsGenerated-7 {
+		t.Errorf("tracked %d uuids, untracked %d of %d", n, st.UntrackedRecords, st.RecordsGenerated)
+	}
+	if st.RecordsDropped != st.RecordsGenerated || st.PendingBatches != 0 {
+		t.Errorf("unacknowledged batches not accounted as dropped at Close: %+v", st)
+	}
+	if err := sim.srv.DeliverRecords(context.Background(), id, 1); err == nil {
+		t.Error("DeliverRecords after Close succeeded")
+	}
+	// The test's HTTP servers are still up; the engine's goroutines and
+	// connections must be gone.
+	deadline = time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before+4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before+4 {
+		t.Errorf("%d goroutines after Close, %d before New", n, before)
 	}
 }

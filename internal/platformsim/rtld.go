@@ -358,6 +358,9 @@ func (s *Server) deliveryTarget(id int64) (deliveryTarget, bool) {
 // once the batches are queued; use WaitDelivered to wait for their
 // acknowledgement.
 func (s *Server) DeliverRecords(ctx context.Context, profileID int64, n int) error {
+	if s.ctx.Err() != nil {
+		return errors.New("platformsim: deliver records: server closed")
+	}
 	tg, ok := s.deliveryTarget(profileID)
 	if !ok {
 		return fmt.Errorf("platformsim: deliver to profile %d: %w", profileID, errNoTarget)
@@ -371,6 +374,9 @@ func (s *Server) DeliverRecords(ctx context.Context, profileID int64, n int) err
 // DeliverRecordsToAll runs DeliverRecords with n for every enabled http_post
 // profile and returns how many profiles that was.
 func (s *Server) DeliverRecordsToAll(ctx context.Context, n int) (int, error) {
+	if s.ctx.Err() != nil {
+		return 0, errors.New("platformsim: deliver records: server closed")
+	}
 	targets := s.deliveryTargets()
 	for _, tg := range targets {
 		if err := s.rtld.engine.deliverRecords(ctx, tg, n); err != nil {
@@ -384,7 +390,8 @@ func (s *Server) DeliverRecordsToAll(ctx context.Context, n int) (int, error) {
 func (s *Server) Delivered() DeliveryStats { return s.rtld.engine.snapshot() }
 
 // GeneratedUUIDs returns the uuid of every record the engine has generated,
-// in generation order (acknowledged or not).
+// in generation order (acknowledged or not), up to
+// DeliveryConfig.MaxTrackedUUIDs.
 func (s *Server) GeneratedUUIDs() []string { return s.rtld.engine.generatedUUIDs() }
 
 // WaitDelivered blocks until every generated record has been acknowledged
