@@ -1,0 +1,368 @@
+package deploytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+// TestDashboardsEndToEnd runs every query of every dashboard against the
+// real pipeline: `exporter --simulate` and `rtld-receiver --simulate` (built
+// from this tree) scraped by a real Prometheus, the receiver writing into a
+// real ClickHouse. Variables are resolved the way Grafana resolves them, by
+// running the variables' own queries; every target then runs twice, with
+// every variable on "All" and with each variable on its first value, and
+// must succeed and return data.
+func TestDashboardsEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole pipeline")
+	}
+	bins := buildCommands(t, "exporter", "rtld-receiver")
+	ch := testenv.ClickHouse(t)
+	db := ch.NewDatabase(t)
+
+	exporterAddr, receiverAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	startProgram(t, bins["exporter"],
+		"--simulate",
+		"--web.listen-address="+exporterAddr,
+		// Poll often: the simulator's counts grow between polls (late
+		// data), so counters move and rates are non-zero within seconds.
+		"--poll-interval=2s",
+	)
+	startProgram(t, bins["rtld-receiver"],
+		"--simulate",
+		"--web.listen-address="+receiverAddr,
+		"--spool.dir="+filepath.Join(t.TempDir(), "spool"),
+		"--clickhouse.dsn="+ch.DSN(db),
+	)
+	prom := testenv.PrometheusScrape(t,
+		testenv.ScrapeJob{Name: "edgepipe-exporter", Targets: []string{exporterAddr}},
+		testenv.ScrapeJob{Name: "edgepipe-receiver", Targets: []string{receiverAddr}},
+	)
+	prom.WaitTargetsUp(t, 90*time.Second)
+
+	opts, err := clickhouse.ParseDSN(ch.DSN(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := clickhouse.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	// Data flowing: exporter series, receiver records in ClickHouse, and a
+	// few scrapes after both so rates have two samples.
+	waitFor(t, 3*time.Minute, func(ctx context.Context) error {
+		for _, q := range []string{
+			`count(cdn_edge_usage_by_country_requests_edge_total) > 0`,
+			`count(cdn_origin_errors_requests_origin_total) > 0`,
+			`sum(edgepipe_rtld_records_received_total{status="accepted"}) > 0`,
+		} {
+			v, err := prom.Query(ctx, q)
+			if err != nil {
+				return err
+			}
+			if vec, ok := v.(model.Vector); !ok || len(vec) == 0 {
+				return fmt.Errorf("no data yet for %s", q)
+			}
+		}
+		n, err := countRows(conn, "SELECT 1 FROM access_logs LIMIT 1")
+		if err != nil || n == 0 {
+			return fmt.Errorf("access_logs empty yet (%v)", err)
+		}
+		return nil
+	})
+	time.Sleep(10 * testenv.PrometheusScrapeInterval)
+
+	ds := loadDashboards(t)
+	now := time.Now()
+	base := Values{
+		From: now.Add(-10 * time.Minute), To: now,
+		// What Grafana computes for a 10-minute range on a ~1000 px panel
+		// with the panels' 5m minimum interval; $__rate_interval is
+		// max($__interval + scrape interval, 4 × scrape interval).
+		Interval:     time.Minute,
+		RateInterval: 5 * time.Minute,
+		Vars:         map[string][]string{},
+		All:          map[string]bool{},
+	}
+	for _, d := range ds {
+		t.Run(d.File, func(t *testing.T) {
+			all, first := resolveVariables(t, d, base, prom, conn)
+			qs, err := d.Queries()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range qs {
+				if q.Variable {
+					continue // ran while resolving
+				}
+				for _, v := range []Values{all, first} {
+					text, err := Expand(d, q, v)
+					if err != nil {
+						t.Errorf("%s: %v", q.Where, err)
+						continue
+					}
+					var n int
+					switch q.Language {
+					case PromQL:
+						n, err = runPromQL(prom.API(), text, q.Instant, v)
+					case ClickHouseSQL:
+						n, err = countRows(conn, text)
+					}
+					switch {
+					case err != nil:
+						t.Errorf("%s: %v\n%s", q.Where, err, text)
+					case n == 0:
+						t.Errorf("%s: no data\n%s", q.Where, text)
+					}
+				}
+			}
+		})
+	}
+}
+
+// resolveVariables runs the dashboard's query variables in order (a
+// variable may use the ones before it) and returns the values with every
+// variable on All, and with every variable on its first value.
+func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.PrometheusServer, conn driver.Conn) (all, first Values) {
+	t.Helper()
+	all, first = base, base
+	all.Vars, all.All = map[string][]string{}, map[string]bool{}
+	first.Vars, first.All = map[string][]string{}, map[string]bool{}
+	qs, err := d.Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if !q.Variable {
+			continue
+		}
+		name := strings.TrimPrefix(q.Where, "variable ")
+		text, err := Expand(d, q, all)
+		if err != nil {
+			t.Fatalf("%s: %v", q.Where, err)
+		}
+		var vals []string
+		switch q.Language {
+		case PromQL:
+			vals, err = promLabelValues(prom, PromQLOfVariable(text))
+		case ClickHouseSQL:
+			vals, err = sqlFirstColumn(conn, text)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", q.Where, err, text)
+		}
+		if len(vals) == 0 {
+			t.Fatalf("%s: no values\n%s", q.Where, text)
+		}
+		t.Logf("$%s: %d values (%s…)", name, len(vals), vals[0])
+		all.Vars[name], all.All[name] = vals, true
+		first.Vars[name] = vals[:1]
+	}
+	return all, first
+}
+
+// promLabelValues runs a "count by (label) (…)" query and returns the label's
+// values.
+func promLabelValues(prom *testenv.PrometheusServer, q string) ([]string, error) {
+	m := byLabel.FindStringSubmatch(q)
+	if m == nil {
+		return nil, fmt.Errorf("cannot tell the label of %q", q)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := prom.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	vec, ok := v.(model.Vector)
+	if !ok {
+		return nil, fmt.Errorf("%s: got %s, want a vector", q, v.Type())
+	}
+	var out []string
+	for _, s := range vec {
+		if l := string(s.Metric[model.LabelName(m[1])]); l != "" {
+			out = append(out, l)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// sqlFirstColumn returns the first column of every row as a string.
+func sqlFirstColumn(conn driver.Conn, sql string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := conn.Query(ctx, sql)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+// runPromQL runs expr as Grafana would (a range query over the dashboard's
+// range for time series, an instant query at its end for instant targets)
+// and returns the number of finite samples.
+func runPromQL(api promv1.API, expr string, instant bool, v Values) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var (
+		val model.Value
+		err error
+	)
+	if instant {
+		val, _, _, err = api.Query(ctx, expr, v.To)
+	} else {
+		val, _, _, err = api.QueryRange(ctx, expr, promv1.Range{Start: v.From, End: v.To, Step: 5 * time.Second})
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	finite := func(f model.SampleValue) {
+		if !math.IsNaN(float64(f)) && !math.IsInf(float64(f), 0) {
+			n++
+		}
+	}
+	switch r := val.(type) {
+	case model.Vector:
+		for _, s := range r {
+			finite(s.Value)
+		}
+	case model.Matrix:
+		for _, s := range r {
+			for _, p := range s.Values {
+				finite(p.Value)
+			}
+		}
+	case *model.Scalar:
+		finite(r.Value)
+	default:
+		return 0, fmt.Errorf("unexpected result type %s", val.Type())
+	}
+	return n, nil
+}
+
+// buildCommands builds ./cmd/<name> into a temporary directory, the way
+// `make build` does (static, trimmed).
+func buildCommands(t *testing.T, names ...string) map[string]string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(gobin); err != nil {
+		gobin = testenv.Binary(t, "go")
+	}
+	dir := t.TempDir()
+	out := map[string]string{}
+	for _, name := range names {
+		if m, _ := filepath.Glob(filepath.Join(root, "cmd", name, "*.go")); len(m) == 0 {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("cmd/%s has no Go files", name)
+			}
+			t.Skipf("cmd/%s has no Go files yet", name)
+		}
+		bin := filepath.Join(dir, name)
+		cmd := exec.Command(gobin, "build", "-trimpath", "-o", bin, "./cmd/"+name)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, b)
+		}
+		out[name] = bin
+	}
+	return out
+}
+
+// startProgram runs one of our binaries until the test ends (SIGTERM, then
+// SIGKILL after 10 s); its output goes to a log file shown when the test
+// fails.
+func startProgram(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	logPath := filepath.Join(t.TempDir(), filepath.Base(bin)+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = t.TempDir()
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cancel()
+		err := <-done
+		logf.Close()
+		var exit *exec.ExitError
+		if err != nil && !(errors.As(err, &exit) && !exit.Exited()) && !errors.Is(err, context.Canceled) {
+			t.Logf("%s ended: %v", filepath.Base(bin), err)
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			if len(b) > 6000 {
+				b = b[len(b)-6000:]
+			}
+			t.Logf("--- %s log (tail) ---\n%s", filepath.Base(bin), b)
+		}
+	})
+}
+
+// waitFor polls ready until it returns nil, failing the test after timeout
+// with the last error.
+func waitFor(t *testing.T, timeout time.Duration, ready func(context.Context) error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := ready(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready after %s: %v", timeout, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// byLabel finds the label of PromQLOfVariable's "count by (label) (…)".
+var byLabel = regexp.MustCompile(`^count by \(([A-Za-z_][A-Za-z0-9_]*)\)`)
