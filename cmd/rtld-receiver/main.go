@@ -1,0 +1,276 @@
+// Command rtld-receiver registers an http_post real-time log delivery
+// profile in each configured environment, accepts the platform's log
+// batches, makes each one durable in an on-disk spool before acknowledging
+// it, and delivers every record to Kafka and ClickHouse.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/alecthomas/units"
+	"github.com/edgepipe/edgepipe/internal/platform"
+	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/receiver"
+	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "rtld-receiver:", err)
+		os.Exit(1)
+	}
+}
+
+// flags holds the parsed command line.
+type flags struct {
+	apiURL, authURL     string
+	environmentIDs      []string
+	publicURL           string
+	profileName         string
+	fields              string
+	register            bool
+	registerInterval    time.Duration
+	kafkaBrokers        string
+	kafkaTopic          string
+	kafkaCompression    string
+	kafkaCreateTopic    bool
+	kafkaPartitions     int
+	kafkaReplication    int
+	clickhouseDSN       string
+	spoolDir            string
+	spoolMaxBytes       units.Base2Bytes
+	spoolSegmentBytes   units.Base2Bytes
+	maxBodyBytes        units.Base2Bytes
+	maxDecodedBytes     units.Base2Bytes
+	maxInFlight         int
+	retryAfter          time.Duration
+	gapGrace            time.Duration
+	simulate            bool
+	simRecordsPerSecond float64
+	simEnvironments     int
+	logLevel            string
+	logFormat           string
+	web                 *web.FlagConfig
+}
+
+func parseFlags(args []string) (*flags, error) {
+	f := &flags{}
+	app := kingpin.New("rtld-receiver", "Receives the CDN platform's real-time access logs (RTLD http_post) and delivers every record to Kafka and ClickHouse, durably and exactly once under FINAL.\n\n"+
+		"Secrets come only from the environment: EDGEPIPE_CLIENT_ID, EDGEPIPE_CLIENT_SECRET (API client), EDGEPIPE_RTLD_USERNAME, EDGEPIPE_RTLD_PASSWORD (HTTP basic credentials of the profile, required on every batch), EDGEPIPE_CLICKHOUSE_PASSWORD (optional).")
+	app.HelpFlag.Short('h')
+	app.Flag("api.url", "The platform's base_url.").Envar("EDGEPIPE_API_URL").StringVar(&f.apiURL)
+	app.Flag("auth.url", "The platform's auth_url; tokens come from <auth.url>/connect/token.").Envar("EDGEPIPE_AUTH_URL").StringVar(&f.authURL)
+	app.Flag("environment-id", "Environment to serve (repeatable; EDGEPIPE_ENVIRONMENT_ID is comma-separated).").Envar("EDGEPIPE_ENVIRONMENT_ID").StringsVar(&f.environmentIDs)
+	app.Flag("public-url", "Base https URL the platform reaches this receiver at; each profile's destination_endpoint is <public-url>/ingest/<environment_id>.").Envar("EDGEPIPE_PUBLIC_URL").StringVar(&f.publicURL)
+	app.Flag("profile-name", "Name of the RTLD profile the receiver owns in each environment.").Default("edgepipe").StringVar(&f.profileName)
+	app.Flag("fields", "Comma-separated log-field codes to request (default: every field the fields API lists).").StringVar(&f.fields)
+	app.Flag("register", "Create or repair the RTLD profile in each environment (--no-register to manage profiles yourself).").Default("true").BoolVar(&f.register)
+	app.Flag("register.interval", "How often profiles are re-checked and repaired.").Default("5m").DurationVar(&f.registerInterval)
+	app.Flag("kafka.brokers", "Comma-separated Kafka bootstrap brokers; enables the Kafka sink.").Envar("EDGEPIPE_KAFKA_BROKERS").StringVar(&f.kafkaBrokers)
+	app.Flag("kafka.topic", "Kafka topic for the records.").Default("cdn-access-logs").StringVar(&f.kafkaTopic)
+	app.Flag("kafka.compression", "Kafka compression: none, gzip, snappy, lz4, zstd.").Default("lz4").EnumVar(&f.kafkaCompression, "none", "gzip", "snappy", "lz4", "zstd")
+	app.Flag("kafka.create-topic", "Create the topic if it does not exist (otherwise it must exist).").Default("true").BoolVar(&f.kafkaCreateTopic)
+	app.Flag("kafka.partitions", "Partitions of a topic the receiver creates.").Default("6").IntVar(&f.kafkaPartitions)
+	app.Flag("kafka.replication-factor", "Replication factor of a topic the receiver creates (-1: the broker's default).").Default("-1").IntVar(&f.kafkaReplication)
+	app.Flag("clickhouse.dsn", "ClickHouse DSN (native protocol), e.g. clickhouse://127.0.0.1:9000/cdn; enables the ClickHouse sink (table access_logs). The password may come from EDGEPIPE_CLICKHOUSE_PASSWORD.").Envar("EDGEPIPE_CLICKHOUSE_DSN").StringVar(&f.clickhouseDSN)
+	app.Flag("spool.dir", "Directory of the on-disk spool where accepted batches wait until every sink has them.").Default("./data/spool").StringVar(&f.spoolDir)
+	app.Flag("spool.max-bytes", "Size bound of the spool; when reached, ingest answers 503 with Retry-After (the platform retries) and drops nothing.").Default("10GiB").BytesVar(&f.spoolMaxBytes)
+	app.Flag("spool.segment-bytes", "Size of one spool segment file.").Default("64MiB").BytesVar(&f.spoolSegmentBytes)
+	app.Flag("ingest.max-body-bytes", "Largest request body as sent (gzip); 413 beyond.").Default("16MiB").BytesVar(&f.maxBodyBytes)
+	app.Flag("ingest.max-decoded-bytes", "Largest request body after decompression; 413 beyond (bounds memory per request at about 3x).").Default("32MiB").BytesVar(&f.maxDecodedBytes)
+	app.Flag("ingest.max-in-flight", "Requests processed at once; beyond, 503 with Retry-After.").Default("16").IntVar(&f.maxInFlight)
+	app.Flag("ingest.retry-after", "Retry-After sent with 503 answers.").Default("5s").DurationVar(&f.retryAfter)
+	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default("10m").DurationVar(&f.gapGrace)
+	app.Flag("simulate", "Run against the built-in platform simulator: it serves the API in-process and delivers log batches to this receiver over TLS on loopback.").BoolVar(&f.simulate)
+	app.Flag("simulate.records-per-second", "With --simulate: records generated per second for each environment's profile.").Default("20").Float64Var(&f.simRecordsPerSecond)
+	app.Flag("simulate.environments", "With --simulate: how many of the simulator's environments to serve when no --environment-id is given (0: all).").Default("3").IntVar(&f.simEnvironments)
+	app.Flag("log.level", "Log level: debug, info, warn, error.").Default("info").EnumVar(&f.logLevel, "debug", "info", "warn", "error")
+	app.Flag("log.format", "Log format: logfmt or json.").Default("logfmt").EnumVar(&f.logFormat, "logfmt", "json")
+	f.web = kingpinflag.AddFlags(app, ":9781")
+	if _, err := app.Parse(args); err != nil {
+		return nil, err
+	}
+	var envs []string
+	for _, e := range f.environmentIDs {
+		for _, p := range strings.Split(e, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				envs = append(envs, p)
+			}
+		}
+	}
+	f.environmentIDs = envs
+	return f, nil
+}
+
+func newLogger(f *flags) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(f.logLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if f.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func run(args []string) error {
+	f, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	log := newLogger(f)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cfg := receiver.Config{
+		SpoolDir:          f.spoolDir,
+		SpoolMaxBytes:     int64(f.spoolMaxBytes),
+		SpoolSegmentBytes: int64(f.spoolSegmentBytes),
+		Ingest: rtld.IngestConfig{
+			Username:        os.Getenv("EDGEPIPE_RTLD_USERNAME"),
+			Password:        os.Getenv("EDGEPIPE_RTLD_PASSWORD"),
+			MaxBodyBytes:    int64(f.maxBodyBytes),
+			MaxDecodedBytes: int64(f.maxDecodedBytes),
+			MaxInFlight:     f.maxInFlight,
+			RetryAfter:      f.retryAfter,
+		},
+		EnvironmentIDs: f.environmentIDs,
+		GapGrace:       f.gapGrace,
+		Logger:         log,
+	}
+	clientID, clientSecret := os.Getenv("EDGEPIPE_CLIENT_ID"), os.Getenv("EDGEPIPE_CLIENT_SECRET")
+
+	var sim *simulation
+	if f.simulate {
+		if sim, err = startSimulation(f, log); err != nil {
+			return err
+		}
+		defer sim.Close()
+		f.apiURL, f.authURL, f.publicURL = sim.apiURL, sim.apiURL, sim.publicURL
+		clientID, clientSecret = sim.clientID, sim.clientSecret
+		if len(cfg.EnvironmentIDs) == 0 {
+			cfg.EnvironmentIDs = sim.environmentIDs
+		}
+		if cfg.Ingest.Username == "" || cfg.Ingest.Password == "" {
+			cfg.Ingest.Username, cfg.Ingest.Password = "edgepipe-sim", randomSecret()
+		}
+	}
+	if cfg.Ingest.Username == "" || cfg.Ingest.Password == "" {
+		return errors.New("EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD must be set: every batch is checked against them")
+	}
+	if f.kafkaBrokers != "" {
+		cfg.Kafka = &kafkasink.Config{
+			Brokers: splitList(f.kafkaBrokers), Topic: f.kafkaTopic, Compression: f.kafkaCompression,
+			CreateTopic: f.kafkaCreateTopic, Partitions: f.kafkaPartitions, ReplicationFactor: f.kafkaReplication,
+		}
+	}
+	if f.clickhouseDSN != "" {
+		var opts []chsink.Option
+		if pw, ok := os.LookupEnv("EDGEPIPE_CLICKHOUSE_PASSWORD"); ok {
+			opts = append(opts, chsink.WithPassword(pw))
+		}
+		cfg.ClickHouse = &chsink.AccessLogsConfig{DSN: f.clickhouseDSN, Options: opts}
+	}
+	if f.register {
+		if len(cfg.EnvironmentIDs) == 0 {
+			return errors.New("--environment-id is required to register profiles (or --no-register)")
+		}
+		if f.apiURL == "" || f.authURL == "" || clientID == "" || clientSecret == "" {
+			return errors.New("--api.url, --auth.url, EDGEPIPE_CLIENT_ID and EDGEPIPE_CLIENT_SECRET are required to register profiles (or --no-register)")
+		}
+		if !strings.HasPrefix(f.publicURL, "https://") {
+			return errors.New("--public-url must be an https URL the platform can reach (the platform posts only to https)")
+		}
+		client, err := platform.New(platform.Config{BaseURL: f.apiURL, AuthURL: f.authURL, ClientID: clientID, ClientSecret: clientSecret, Logger: log})
+		if err != nil {
+			return err
+		}
+		cfg.ProfileAPI = client.RTLD()
+		cfg.Registrar = &rtld.RegistrarConfig{
+			EnvironmentIDs: cfg.EnvironmentIDs, ProfileName: f.profileName, PublicURL: strings.TrimRight(f.publicURL, "/"),
+			Username: cfg.Ingest.Username, Password: cfg.Ingest.Password, Fields: splitList(f.fields),
+			Interval: f.registerInterval,
+		}
+	}
+
+	rcv, err := receiver.New(cfg)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           rcv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		WriteTimeout:      2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	runDone := make(chan error, 1)
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	defer cancelRun()
+	go func() { runDone <- rcv.Run(runCtx) }()
+
+	serveErr := make(chan error, 2)
+	go func() { serveErr <- web.ListenAndServe(srv, f.web, log) }()
+	if sim != nil {
+		go func() { serveErr <- sim.serveIngest(rcv.Handler()) }()
+	}
+	log.Info("rtld receiver started", "spool", f.spoolDir, "environments", len(cfg.EnvironmentIDs),
+		"kafka", cfg.Kafka != nil, "clickhouse", cfg.ClickHouse != nil, "register", f.register, "simulate", f.simulate)
+
+	var result error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			result = fmt.Errorf("serving HTTP: %w", err)
+		}
+	case err := <-runDone:
+		runDone <- err
+		result = fmt.Errorf("receiver stopped: %w", err)
+	}
+	// Stop taking batches first, then stop the workers and close the spool.
+	shutCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutCtx)
+	if sim != nil {
+		sim.shutdownIngest(shutCtx)
+	}
+	cancelRun()
+	if err := <-runDone; err != nil && result == nil {
+		result = err
+	}
+	return result
+}
+
+func randomSecret() string {
+	b := make([]byte, 24)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

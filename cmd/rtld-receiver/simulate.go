@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+)
+
+// simulation is the in-process platform of --simulate: the simulator's API
+// on a loopback port, and a TLS listener (in-memory self-signed certificate,
+// trusted by the simulator's delivery engine) where the simulator posts
+// batches, since the platform only posts to https.
+type simulation struct {
+	sim            *platformsim.Server
+	ingest         net.Listener
+	ingestSrv      *http.Server
+	apiURL         string
+	publicURL      string
+	clientID       string
+	clientSecret   string
+	environmentIDs []string
+}
+
+func startSimulation(f *flags, log *slog.Logger) (*simulation, error) {
+	cert, pool, err := selfSignedCert()
+	if err != nil {
+		return nil, err
+	}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		return nil, fmt.Errorf("simulate: TLS ingest listener: %w", err)
+	}
+	sim := platformsim.New(platformsim.Config{
+		Seed: 1,
+		Delivery: platformsim.DeliveryConfig{
+			RecordsPerSecond: f.simRecordsPerSecond,
+			RetryInterval:    2 * time.Second,
+			TLSConfig:        &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			Logger:           log.With("component", "platform-sim"),
+		},
+	})
+	apiURL, err := sim.Start("127.0.0.1:0")
+	if err != nil {
+		l.Close()
+		sim.Close()
+		return nil, fmt.Errorf("simulate: starting the simulator: %w", err)
+	}
+	envs := sim.EnvironmentIDs()
+	if f.simEnvironments > 0 && f.simEnvironments < len(envs) {
+		envs = envs[:f.simEnvironments]
+	}
+	s := &simulation{
+		sim: sim, ingest: l, apiURL: apiURL,
+		publicURL:      "https://" + l.Addr().String(),
+		clientID:       platformsim.DemoClientID,
+		clientSecret:   platformsim.DemoClientSecret,
+		environmentIDs: envs,
+	}
+	log.Info("simulate: platform simulator running", "api_url", apiURL, "ingest_url", s.publicURL, "environments", len(envs))
+	return s, nil
+}
+
+// serveIngest serves h on the TLS listener until shutdownIngest.
+func (s *simulation) serveIngest(h http.Handler) error {
+	s.ingestSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	return s.ingestSrv.Serve(s.ingest)
+}
+
+func (s *simulation) shutdownIngest(ctx context.Context) {
+	if s.ingestSrv != nil {
+		_ = s.ingestSrv.Shutdown(ctx)
+	}
+}
+
+// Close stops the simulator.
+func (s *simulation) Close() {
+	_ = s.ingest.Close()
+	_ = s.sim.Close()
+}
+
+// selfSignedCert returns a certificate for 127.0.0.1 and localhost, valid
+// for a year, and a pool that trusts it.
+func selfSignedCert() (tls.Certificate, *x509.CertPool, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("simulate: generating a key: %w", err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "edgepipe rtld-receiver (simulate)"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+		DNSNames:              []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("simulate: creating a certificate: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("simulate: parsing the certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool, nil
+}

@@ -1,0 +1,256 @@
+// Package receiver assembles the RTLD receiver: the ingest source, the
+// on-disk spool, the gap tracker, the Kafka and ClickHouse delivery workers
+// and the profile registrar, behind one HTTP handler (ingest, /metrics,
+// /healthz, /readyz). cmd/rtld-receiver parses flags into a Config; tests
+// run a Receiver in-process.
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/spool"
+	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Sink names: spool reader names and the "sink" metric label.
+const (
+	SinkKafka      = "kafka"
+	SinkClickHouse = "clickhouse"
+)
+
+// Config configures a Receiver.
+type Config struct {
+	// SpoolDir, SpoolMaxBytes and SpoolSegmentBytes configure the spool.
+	SpoolDir          string
+	SpoolMaxBytes     int64
+	SpoolSegmentBytes int64
+	// SpoolNoSync disables fsync (benchmarks only).
+	SpoolNoSync bool
+	// Ingest configures the ingest source.
+	Ingest rtld.IngestConfig
+	// EnvironmentIDs, when not empty, are the only environments accepted.
+	EnvironmentIDs []string
+	// Kafka enables the Kafka sink when not nil.
+	Kafka *kafkasink.Config
+	// ClickHouse enables the ClickHouse sink when not nil.
+	ClickHouse *chsink.AccessLogsConfig
+	// ProfileAPI and Registrar enable profile registration when both are set.
+	ProfileAPI rtld.ProfileAPI
+	Registrar  *rtld.RegistrarConfig
+	// GapGrace is how long a missing seq_num may stay missing before it
+	// counts as a gap (default 10m: the platform retries at intervals).
+	GapGrace time.Duration
+	// Registry receives the metrics (default: a new registry with the Go
+	// and process collectors).
+	Registry *prometheus.Registry
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Receiver is the assembled receiver. Create it with New, serve Handler,
+// and call Run once; Run closes everything when its context ends.
+type Receiver struct {
+	cfg       Config
+	log       *slog.Logger
+	reg       *prometheus.Registry
+	metrics   *rtld.Metrics
+	spool     *spool.Spool
+	gaps      *rtld.GapTracker
+	ingest    *rtld.Ingest
+	registrar *rtld.Registrar
+	sinks     map[string]rtld.Sink
+	closers   []func() error
+	handler   http.Handler
+}
+
+// New opens the spool (recovering it) and prepares every part; nothing runs
+// until Run.
+func New(cfg Config) (*Receiver, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.GapGrace <= 0 {
+		cfg.GapGrace = 10 * time.Minute
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	r := &Receiver{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, sinks: map[string]rtld.Sink{}}
+	r.metrics = rtld.NewMetrics(r.reg)
+
+	if cfg.Kafka != nil {
+		kc := *cfg.Kafka
+		kc.Logger = cfg.Logger
+		k, err := kafkasink.New(kc)
+		if err != nil {
+			return nil, err
+		}
+		r.sinks[SinkKafka] = k
+		r.closers = append(r.closers, k.Close)
+	}
+	if cfg.ClickHouse != nil {
+		cc := *cfg.ClickHouse
+		cc.Logger = cfg.Logger
+		c := chsink.NewAccessLogs(cc)
+		r.sinks[SinkClickHouse] = c
+		r.closers = append(r.closers, c.Close)
+	}
+	readers := []string{rtld.GapReader}
+	for name := range r.sinks {
+		readers = append(readers, name)
+	}
+	if len(r.sinks) == 0 {
+		r.log.Warn("rtld receiver: no sink configured (--kafka.brokers, --clickhouse.dsn): batches are spooled, counted and then discarded")
+	}
+	sp, err := spool.Open(spool.Options{
+		Dir: cfg.SpoolDir, MaxBytes: cfg.SpoolMaxBytes, SegmentBytes: cfg.SpoolSegmentBytes,
+		Readers: readers, Logger: cfg.Logger, NoSync: cfg.SpoolNoSync,
+	})
+	if err != nil {
+		r.closeSinks()
+		return nil, fmt.Errorf("opening the spool: %w", err)
+	}
+	r.spool = sp
+	r.reg.MustRegister(rtld.NewSpoolCollector(sp))
+	r.gaps, err = rtld.NewGapTracker(cfg.SpoolDir, cfg.GapGrace, r.metrics, cfg.Logger)
+	if err != nil {
+		sp.Close()
+		r.closeSinks()
+		return nil, err
+	}
+
+	ic := cfg.Ingest
+	if len(cfg.EnvironmentIDs) > 0 && ic.AllowEnvironment == nil {
+		allowed := map[string]bool{}
+		for _, e := range cfg.EnvironmentIDs {
+			allowed[e] = true
+		}
+		ic.AllowEnvironment = func(env string) bool { return allowed[env] }
+	}
+	r.ingest = rtld.NewIngest(ic, sp, r.gaps, r.metrics, cfg.Logger)
+
+	if cfg.ProfileAPI != nil && cfg.Registrar != nil {
+		rc := *cfg.Registrar
+		rc.Logger = cfg.Logger
+		rc.Observer = newRegistrationMetrics(r.reg)
+		r.registrar, err = rtld.NewRegistrar(cfg.ProfileAPI, rc)
+		if err != nil {
+			sp.Close()
+			r.closeSinks()
+			return nil, err
+		}
+	}
+
+	mux := chi.NewRouter()
+	r.ingest.Register(mux)
+	mux.Handle("/metrics", promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{Registry: r.reg}))
+	mux.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.Get("/readyz", r.ready)
+	r.handler = mux
+	return r, nil
+}
+
+// Handler serves ingest (POST /ingest/{environment_id}), /metrics, /healthz
+// and /readyz.
+func (r *Receiver) Handler() http.Handler { return r.handler }
+
+// Registry returns the metrics registry.
+func (r *Receiver) Registry() *prometheus.Registry { return r.reg }
+
+// Spool returns the spool (for tests and the benchmark).
+func (r *Receiver) Spool() *spool.Spool { return r.spool }
+
+// ready answers 200 while the spool takes batches, 503 when it is full.
+func (r *Receiver) ready(w http.ResponseWriter, _ *http.Request) {
+	if r.spool.Full() {
+		http.Error(w, "spool is full", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (r *Receiver) closeSinks() error {
+	var errs []error
+	for _, c := range r.closers {
+		errs = append(errs, c())
+	}
+	return errors.Join(errs...)
+}
+
+// Run starts the delivery workers, the gap tracker and the registrar, and
+// blocks until ctx ends; it then stops them, waits for them, and closes the
+// sinks and the spool. Stop serving Handler before cancelling ctx so no
+// request meets a closed spool.
+func (r *Receiver) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errc := make(chan error, len(r.sinks)+2)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(runCtx); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	for name, sink := range r.sinks {
+		reader, err := r.spool.Reader(name)
+		if err != nil {
+			cancel()
+			return err
+		}
+		w := &rtld.Worker{Name: name, Sink: sink, Reader: reader, Metrics: r.metrics, Log: r.log}
+		start(name+" worker", w.Run)
+	}
+	gapReader, err := r.spool.Reader(rtld.GapReader)
+	if err != nil {
+		cancel()
+		return err
+	}
+	start("gap tracker", func(ctx context.Context) error { return r.gaps.Run(ctx, gapReader, 5*time.Second) })
+	if r.registrar != nil {
+		start("profile registrar", r.registrar.Run)
+	}
+	<-runCtx.Done()
+	wg.Wait()
+	close(errc)
+	var errs []error
+	for err := range errc {
+		errs = append(errs, err)
+	}
+	errs = append(errs, r.closeSinks(), r.spool.Close())
+	return errors.Join(errs...)
+}
+
+// registrationMetrics counts profile checks by result.
+type registrationMetrics struct{ c *prometheus.CounterVec }
+
+func newRegistrationMetrics(reg prometheus.Registerer) *registrationMetrics {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "edgepipe_rtld_profile_registrations_total",
+		Help: "Checks of the receiver's RTLD profile per environment, by result (created, updated, repaired, unchanged, error).",
+	}, []string{"environment_id", "result"})
+	reg.MustRegister(c)
+	return &registrationMetrics{c: c}
+}
+
+// ObserveRegistration implements rtld.RegistrationObserver.
+func (m *registrationMetrics) ObserveRegistration(env string, res rtld.RegistrationResult) {
+	m.c.WithLabelValues(env, string(res)).Inc()
+}
