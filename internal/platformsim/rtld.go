@@ -135,7 +135,7 @@ func rtldPage(q url.Values) (limit, offset int, f *rtldFailure) {
 func paginate[T any](r *http.Request, items []T, limit, offset int) rtldCollection {
 	total := len(items)
 	lo := min(offset, total)
-	hi := min(total, lo+limit)
+	hi := lo + min(limit, total-lo) // no overflow for huge limits
 	link := func(off int) href {
 		q := r.URL.Query()
 		q.Set("limit", strconv.Itoa(limit))
@@ -148,7 +148,7 @@ func paginate[T any](r *http.Request, items []T, limit, offset int) rtldCollecti
 		last = (total - 1) / limit * limit
 	}
 	links["last"] = link(last)
-	if offset+limit < total {
+	if offset < total && limit < total-offset {
 		links["next"] = link(offset + limit)
 	}
 	sel := items[lo:hi]

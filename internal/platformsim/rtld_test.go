@@ -413,6 +413,9 @@ func TestRTLDPagination(t *testing.T) {
 	if status, p, body := get(fmt.Sprintf("/rtld/v1/accesslogs/fields?offset=%d", len(all))); status != 200 || len(p.Items) != 0 || p.Links["next"].Href != "" {
 		t.Errorf("offset at end: %d %s", status, body)
 	}
+	if status, p, body := get("/rtld/v1/accesslogs/fields?limit=9223372036854775807&offset=3"); status != 200 || len(p.Items) != len(all)-3 || p.Links["next"].Href != "" {
+		t.Errorf("huge limit: %d %s", status, body)
+	}
 	if status, p, _ := get("/rtld/v1/cloud-regions?limit=4&offset=2"); status != 200 || len(p.Items) != 4 || p.Items[0].Code != cloudRegions[2].Code || p.TotalItems != len(cloudRegions) {
 		t.Errorf("cloud regions page: %d %+v", status, p)
 	}
