@@ -571,8 +571,16 @@ func (e *deliveryEngine) post(ctx context.Context, tg deliveryTarget, b *deliver
 	e.mu.Lock()
 	e.stats.Failures++
 	e.mu.Unlock()
-	e.log.Debug("rtld delivery: attempt failed, will retry", "profile_id", b.profileID, "agent_id", b.agentID,
-		"seq_num", b.seq, "attempt", b.attempts, "err", err)
+	// Say so on the first failure of a batch and then every 20th attempt,
+	// so a wrong password or an unreachable receiver shows in the log
+	// without one line per retry.
+	level := slog.LevelDebug
+	if b.attempts == 1 || b.attempts%20 == 0 {
+		level = slog.LevelWarn
+	}
+	e.log.Log(ctx, level, "rtld delivery: attempt failed, will retry", "profile_id", b.profileID, "agent_id", b.agentID,
+		"seq_num", b.seq, "attempt", b.attempts, "retry_in", e.cfg.RetryInterval,
+		"destination", tg.profile.Delivery.DestinationEndpoint, "err", err)
 	return false
 }
 
