@@ -612,3 +612,71 @@ func TestDeliveryEngineStopsWithServer(t *testing.T) {
 		t.Errorf("%d goroutines after Close, %d before New", n, before)
 	}
 }
+
+func TestDeliveryTLSVerification(t *testing.T) {
+	tests := []struct {
+		name      string
+		delivery  DeliveryConfig
+		delivered bool
+	}{
+		{"trusted root", DeliveryConfig{}, true}, // deliverySim fills in the receiver's pool
+		{"system roots reject a self-signed certificate", DeliveryConfig{TLSConfig: &tls.Config{}}, false},
+		{"dev insecure skip verify", DeliveryConfig{TLSConfig: &tls.Config{}, DevInsecureSkipVerify: true}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rcv := newTestReceiver(t, nil)
+			sim, id, _ := deliverySim(t, rcv, Config{Seed: 1, Delivery: tt.delivery}, validProfile)
+			if err := sim.srv.DeliverRecords(context.Background(), id, 3); err != nil {
+				t.Fatal(err)
+			}
+			if tt.delivered {
+				waitDelivered(t, sim)
+				if len(rcv.accepted()) != 1 {
+					t.Errorf("%d batches received", len(rcv.accepted()))
+				}
+				return
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for sim.srv.Delivered().Failures < 2 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if st := sim.srv.Delivered(); st.Failures < 2 || st.RecordsAcknowledged != 0 || len(rcv.received()) != 0 {
+				t.Errorf("untrusted certificate accepted: %+v, %d posts", st, len(rcv.received()))
+			}
+		})
+	}
+}
+
+func TestDeliveryHonoursFilters(t *testing.T) {
+	rcv := newTestReceiver(t, nil)
+	sim, id, _ := deliverySim(t, rcv, Config{Seed: 6, Delivery: DeliveryConfig{BatchSize: 100}}, func(env string) map[string]any {
+		p := validProfile(env)
+		p["fields"] = []any{"uuid", "status_code", "host"}
+		p["filters"] = map[string]any{
+			"status_codes": []any{"5xx", "404"},
+			"host_names":   map[string]any{"names": []any{"shop.example.com", "api.example.com"}, "condition": "in"},
+		}
+		return p
+	})
+	if err := sim.srv.DeliverRecords(context.Background(), id, 300); err != nil {
+		t.Fatal(err)
+	}
+	waitDelivered(t, sim)
+	statuses := map[int64]int{}
+	for _, post := range rcv.accepted() {
+		_, b := decodeRecords(t, "json", gunzip(t, post.body))
+		for _, r := range b.Logs {
+			s, _ := strconv.ParseInt(string(r["status_code"]), 10, 64)
+			var host string
+			_ = json.Unmarshal(r["host"], &host)
+			statuses[s]++
+			if (s != 404 && (s < 500 || s > 599)) || (host != "shop.example.com" && host != "api.example.com") {
+				t.Fatalf("record outside the filters: status %d host %q", s, host)
+			}
+		}
+	}
+	if len(statuses) < 2 {
+		t.Errorf("statuses %v: want a realistic mix within the filter", statuses)
+	}
+}
