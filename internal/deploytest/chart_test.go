@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"go/build"
 	"os"
 	"os/exec"
@@ -392,6 +393,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"clickhouse without DSN", []string{"clickhouse.enabled=true"}, "clickhouseDsn"},
 		{"unknown granularity", []string{"exporter.granularity=MINUTE"}, "granularity"},
 		{"zero replicas", []string{"exporter.replicas=0"}, "replicas"},
+		{"spool size without binary unit", []string{"receiver.spool.size=10G"}, "receiver.spool.size"},
 		{"unknown value", []string{"exporter.pollIntervall=1m"}, "pollIntervall"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -494,8 +496,18 @@ func assertReceiverSpool(t *testing.T, m manifests, replicas int) {
 			continue
 		}
 		found = true
-		if vct.Spec.Resources.Requests["storage"] == "" {
-			t.Errorf("spool claim %s requests no storage", claim)
+		size, err := quantityBytes(vct.Spec.Resources.Requests["storage"])
+		if err != nil {
+			t.Errorf("spool claim %s storage: %v", claim, err)
+		}
+		maxArg, _ := c.argValue("--spool.max-bytes")
+		bound, err := quantityBytes(maxArg)
+		switch {
+		case err != nil:
+			t.Errorf("--spool.max-bytes=%q: %v", maxArg, err)
+		case bound <= 0 || bound >= size:
+			t.Errorf("--spool.max-bytes=%s is not below the spool volume's %s: the disk would fill before ingest answers 503",
+				maxArg, vct.Spec.Resources.Requests["storage"])
 		}
 		if len(vct.Spec.AccessModes) == 0 {
 			t.Errorf("spool claim %s has no access modes", claim)
@@ -637,4 +649,19 @@ func assertDashboardConfigMaps(t *testing.T, m manifests, files []string) {
 			t.Errorf("ConfigMap data for %s differs from the file", filepath.Base(f))
 		}
 	}
+}
+
+// quantityBytes parses a Kubernetes quantity (10Gi) or a kingpin byte size
+// (9216MiB) with a binary unit.
+func quantityBytes(s string) (int64, error) {
+	m := regexp.MustCompile(`^([0-9]+)(Ki|Mi|Gi|Ti|KiB|MiB|GiB|TiB)$`).FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a size with a binary unit", s)
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	shift := map[byte]uint{'K': 10, 'M': 20, 'G': 30, 'T': 40}[m[2][0]]
+	return n << shift, nil
 }

@@ -178,3 +178,21 @@ readinessProbe:
 {{- define "edgepipe.metricsScheme" -}}
 {{- ternary "https" "http" (and .Values.webConfig.enabled .Values.webConfig.tls) }}
 {{- end }}
+
+{{/* The spool's size bound: receiver.spool.maxBytes, or 90% of the volume
+(the filesystem and the segment being written need the rest). */}}
+{{- define "edgepipe.spoolMaxBytes" -}}
+{{- $s := .Values.receiver.spool }}
+{{- if $s.maxBytes }}
+{{- $s.maxBytes }}
+{{- else }}
+{{- $m := regexFindAll "^([0-9]+)(Mi|Gi|Ti)$" (toString $s.size) 1 }}
+{{- if not $m }}
+{{- fail (printf "receiver.spool.size %q: use Mi, Gi or Ti, or set receiver.spool.maxBytes" (toString $s.size)) }}
+{{- end }}
+{{- $n := regexReplaceAll "^([0-9]+)(Mi|Gi|Ti)$" (toString $s.size) "${1}" | int64 }}
+{{- $unit := regexReplaceAll "^([0-9]+)(Mi|Gi|Ti)$" (toString $s.size) "${2}" }}
+{{- $mib := ternary $n (ternary (mul $n 1024) (mul $n 1048576) (eq $unit "Gi")) (eq $unit "Mi") }}
+{{- printf "%dMiB" (div (mul $mib 9) 10) }}
+{{- end }}
+{{- end }}
