@@ -56,15 +56,17 @@ if ((${#missing[@]})); then
 		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"
 	# If a service got started anyway (e.g. systemd ignoring policy-rc.d),
 	# stop and disable it: only packages installed just now are touched.
-	if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-		for pkg in "${missing[@]}"; do
-			case "$pkg" in
-			prometheus | clickhouse-server)
+	for pkg in "${missing[@]}"; do
+		case "$pkg" in
+		prometheus | clickhouse-server)
+			if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
 				"${SUDO[@]}" systemctl disable --now "$pkg.service" >/dev/null 2>&1 || true
-				;;
-			esac
-		done
-	fi
+			elif command -v service >/dev/null 2>&1; then
+				"${SUDO[@]}" service "$pkg" stop >/dev/null 2>&1 || true
+			fi
+			;;
+		esac
+	done
 	for bin in clickhouse-server clickhouse-client prometheus promtool kcat; do
 		have "$bin" || { echo "deps: $bin still missing after apt-get install" >&2; exit 1; }
 	done
