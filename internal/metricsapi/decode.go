@@ -21,9 +21,12 @@ type DataField struct {
 // dataResponse is the body of a data answer (spec 2.8). Rows stay raw until
 // decodeRows reads them by field name.
 type dataResponse struct {
-	DataFields []DataField         `json:"data_fields"`
-	DataRows   [][]json.RawMessage `json:"data_rows"`
+	DataFields []DataField     `json:"data_fields"`
+	DataRows   json.RawMessage `json:"data_rows"`
 }
+
+// rowChunk is how many rows' label and value storage is allocated at once.
+const rowChunk = 1024
 
 // decodeRows turns the rows of one answer to r into Rows. Fields are found by
 // name in any order; fields not asked for are ignored; a metric the answer
@@ -69,24 +72,53 @@ func decodeRows(r *Request, resp *dataResponse) ([]Row, error) {
 		metricIdx[i] = j
 	}
 
-	rows := make([]Row, 0, len(resp.DataRows))
-	// One backing array for all label and value slices of this answer.
-	labels := make([]string, len(resp.DataRows)*len(r.Labels))
-	values := make([]float64, len(resp.DataRows)*len(r.Metrics))
-	for n, raw := range resp.DataRows {
+	var (
+		rows   []Row
+		labels []string  // storage for the next rows' labels
+		values []float64 // and values
+		// Environments, label values and times repeat across rows: parse
+		// each distinct raw value once and share the result.
+		envs      = map[string]string{}
+		labelSeen = make([]map[string]string, len(r.Labels))
+		times     = map[string]time.Time{}
+	)
+	for i := range labelSeen {
+		labelSeen[i] = map[string]string{}
+	}
+	sc := newRowScanner(resp.DataRows)
+	for n := 0; ; n++ {
+		raw, ok, err := sc.next()
+		if err != nil {
+			return nil, fail("row %d: %v", n, err)
+		}
+		if !ok {
+			break
+		}
 		if len(raw) != len(resp.DataFields) {
 			return nil, fail("row %d has %d values for %d data fields", n, len(raw), len(resp.DataFields))
 		}
-		t, err := parseTime(raw[timeIdx])
-		if err != nil {
-			return nil, fail("row %d: %s: %v", n, DimensionTime, err)
+		t, ok := times[string(raw[timeIdx])]
+		if !ok {
+			if t, err = parseTime(raw[timeIdx]); err != nil {
+				return nil, fail("row %d: %s: %v", n, DimensionTime, err)
+			}
+			times[string(raw[timeIdx])] = t
 		}
 		env := r.Environments[0]
 		if envIdx >= 0 {
-			env, err = parseString(raw[envIdx])
-			if err != nil || env == "" {
-				return nil, fail("row %d: %s: %s is not an environment ID", n, DimensionEnvironment, abbrev(raw[envIdx]))
+			if env, ok = envs[string(raw[envIdx])]; !ok {
+				env, err = parseString(raw[envIdx])
+				if err != nil || env == "" {
+					return nil, fail("row %d: %s: %s is not an environment ID", n, DimensionEnvironment, abbrev(raw[envIdx]))
+				}
+				envs[string(raw[envIdx])] = env
 			}
+		}
+		if len(labels) < len(r.Labels) {
+			labels = make([]string, rowChunk*len(r.Labels))
+		}
+		if len(values) < len(r.Metrics) {
+			values = make([]float64, rowChunk*len(r.Metrics))
 		}
 		row := Row{
 			Time:        t,
@@ -96,9 +128,12 @@ func decodeRows(r *Request, resp *dataResponse) ([]Row, error) {
 		}
 		labels, values = labels[len(r.Labels):], values[len(r.Metrics):]
 		for i, j := range labelIdx {
-			v, err := parseLabel(raw[j], labelNumeric[i])
-			if err != nil {
-				return nil, fail("row %d: %s: %v", n, r.Labels[i], err)
+			v, ok := labelSeen[i][string(raw[j])]
+			if !ok {
+				if v, err = parseLabel(raw[j], labelNumeric[i]); err != nil {
+					return nil, fail("row %d: %s: %v", n, r.Labels[i], err)
+				}
+				labelSeen[i][string(raw[j])] = v
 			}
 			row.Labels[i] = v
 		}
@@ -129,7 +164,8 @@ func parseValue(raw json.RawMessage) (float64, error) {
 	}
 	s := string(raw)
 	if raw[0] == '"' {
-		if err := json.Unmarshal(raw, &s); err != nil {
+		var err error
+		if s, err = parseString(raw); err != nil {
 			return 0, fmt.Errorf("value %s: %w", abbrev(raw), err)
 		}
 		s = strings.TrimSpace(s)
@@ -150,6 +186,11 @@ func parseValue(raw json.RawMessage) (float64, error) {
 
 // parseString reads a JSON string.
 func parseString(raw json.RawMessage) (string, error) {
+	// Fast path: a string without escapes (the whole body was validated as
+	// JSON already, so the quotes delimit it).
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : n-1]), nil
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", err
