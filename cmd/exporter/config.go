@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/platform"
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+	"github.com/edgepipe/edgepipe/internal/schedule"
+	"github.com/edgepipe/edgepipe/internal/version"
+)
+
+// Environment variables read directly (secrets never come from flags).
+const (
+	envClientID       = "EDGEPIPE_CLIENT_ID"
+	envClientSecret   = "EDGEPIPE_CLIENT_SECRET"
+	envEnvironmentIDs = "EDGEPIPE_ENVIRONMENT_ID"
+	envOrganizations  = "EDGEPIPE_ORGANIZATION_ID"
+)
+
+// commonFlags are the flags every command shares: where the API is, whom to
+// serve, at which granularity.
+type commonFlags struct {
+	apiURL, authURL  string
+	clientSecretFile string
+	environmentIDs   []string
+	organizationIDs  []string
+	granularityName  string
+	shardIndex       int
+	shardCount       int
+	simulate         bool
+	logLevel         string
+	logFormat        string
+
+	// Resolved by resolve().
+	clientID, clientSecret string
+	granularity            metricsapi.Granularity
+	shard                  schedule.Shard
+}
+
+func registerCommonFlags(app *kingpin.Application) *commonFlags {
+	c := &commonFlags{}
+	app.Flag("api.url", "The platform's base_url.").Envar("EDGEPIPE_API_URL").StringVar(&c.apiURL)
+	app.Flag("auth.url", "The platform's auth_url; tokens come from <auth.url>/connect/token (default: --api.url).").
+		Envar("EDGEPIPE_AUTH_URL").StringVar(&c.authURL)
+	app.Flag("client-secret-file", "File holding the API client secret (instead of "+envClientSecret+"). The client ID comes from "+envClientID+".").
+		StringVar(&c.clientSecretFile)
+	app.Flag("environment-id", "Environment to serve (repeatable or comma-separated; env "+envEnvironmentIDs+", comma-separated).").
+		StringsVar(&c.environmentIDs)
+	app.Flag("organization-id", "Serve every environment of every property of this organization, rediscovered periodically (repeatable or comma-separated; env "+envOrganizations+").").
+		StringsVar(&c.organizationIDs)
+	app.Flag("granularity", "Bucket width polled: FIVE_MINUTES, HOUR or DAY.").Default(string(metricsapi.FiveMinutes)).StringVar(&c.granularityName)
+	app.Flag("shard.index", "This instance's shard in [0, shard.count): it serves the environments with FNV-1a-64(id) mod shard.count == shard.index.").
+		Default("0").IntVar(&c.shardIndex)
+	app.Flag("shard.count", "Number of exporter instances sharing the environments.").Default("1").IntVar(&c.shardCount)
+	app.Flag("simulate", "Run against the built-in platform simulator (demo credentials and organization; no other flag needed).").BoolVar(&c.simulate)
+	app.Flag("log.level", "Log level: debug, info, warn, error.").Default("info").EnumVar(&c.logLevel, "debug", "info", "warn", "error")
+	app.Flag("log.format", "Log format: logfmt or json.").Default("logfmt").EnumVar(&c.logFormat, "logfmt", "json")
+	return c
+}
+
+// splitList splits comma-separated entries of vals (and of the environment
+// variable env when vals is empty), dropping blanks.
+func splitList(vals []string, env string) []string {
+	if len(vals) == 0 && env != "" {
+		if v := os.Getenv(env); v != "" {
+			vals = []string{v}
+		}
+	}
+	var out []string
+	for _, v := range vals {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// resolve checks the flags and reads the credentials. Under --simulate the
+// API settings are filled in later by host.clients.
+func (c *commonFlags) resolve() error {
+	var err error
+	if c.granularity, err = metricsapi.ParseGranularity(c.granularityName); err != nil {
+		return fmt.Errorf("--granularity: %w", err)
+	}
+	c.shard = schedule.Shard{Index: c.shardIndex, Count: c.shardCount}
+	if err := c.shard.Validate(); err != nil {
+		return fmt.Errorf("--shard.index/--shard.count: %w", err)
+	}
+	c.environmentIDs = splitList(c.environmentIDs, envEnvironmentIDs)
+	c.organizationIDs = splitList(c.organizationIDs, envOrganizations)
+	if c.simulate {
+		return nil
+	}
+	if c.apiURL == "" {
+		return errors.New("--api.url (or EDGEPIPE_API_URL) is required, or use --simulate")
+	}
+	if c.authURL == "" {
+		c.authURL = c.apiURL
+	}
+	if len(c.environmentIDs) == 0 && len(c.organizationIDs) == 0 {
+		return errors.New("nothing to serve: give --environment-id and/or --organization-id (or EDGEPIPE_ENVIRONMENT_ID / EDGEPIPE_ORGANIZATION_ID)")
+	}
+	c.clientID = os.Getenv(envClientID)
+	c.clientSecret = os.Getenv(envClientSecret)
+	if c.clientSecretFile != "" {
+		b, err := os.ReadFile(c.clientSecretFile)
+		if err != nil {
+			return fmt.Errorf("--client-secret-file: %w", err)
+		}
+		c.clientSecret = strings.TrimSpace(string(b))
+	}
+	if c.clientID == "" || c.clientSecret == "" {
+		return fmt.Errorf("API credentials missing: set %s and %s (or --client-secret-file)", envClientID, envClientSecret)
+	}
+	return nil
+}
+
+// host is what main builds once for every command and hands to the run
+// command and to extensions.
+type host struct {
+	common  *commonFlags
+	log     *slog.Logger
+	version string
+
+	// apiObserver is told about every API request (self-metrics); set by
+	// the run command before clients is first called.
+	apiObserver platform.Observer
+	// rateLimits overrides the client's default budgets (tests).
+	rateLimits map[string]platform.Limits
+	// simConfig configures the simulator under --simulate (tests).
+	simConfig platformsim.Config
+
+	mu      sync.Mutex
+	sim     *platformsim.Server
+	built   *apiClients
+	closers []func()
+}
+
+// apiClients are the platform clients built from the flags.
+type apiClients struct {
+	Platform *platform.Client
+	Metrics  *metricsapi.Client
+	Accounts *platform.Accounts
+}
+
+func newHost(c *commonFlags, log *slog.Logger) (*host, error) {
+	if err := c.resolve(); err != nil {
+		return nil, err
+	}
+	return &host{common: c, log: log, version: version.Get().Version}, nil
+}
+
+// clients builds (once) the platform, metrics and accounts clients from the
+// flags. Under --simulate it first starts the simulator on 127.0.0.1:0 and
+// points the flags at it with the demo credentials, serving the demo
+// organization unless environments or organizations were given.
+func (h *host) clients(ctx context.Context) (*apiClients, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.built != nil {
+		return h.built, nil
+	}
+	c := h.common
+	if c.simulate && h.sim == nil {
+		sim := platformsim.New(h.simConfig)
+		base, err := sim.Start("127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("start the simulator: %w", err)
+		}
+		h.sim = sim
+		h.closers = append(h.closers, func() { sim.Close() })
+		c.apiURL, c.authURL = base, base
+		c.clientID, c.clientSecret = platformsim.DemoClientID, platformsim.DemoClientSecret
+		if len(c.environmentIDs) == 0 && len(c.organizationIDs) == 0 {
+			c.organizationIDs = []string{platformsim.DemoOrganizationID}
+		}
+		h.log.Info("simulator started", "url", base, "organization", platformsim.DemoOrganizationID,
+			"environments", len(sim.EnvironmentIDs()))
+	}
+	pc, err := platform.New(platform.Config{
+		BaseURL:      c.apiURL,
+		AuthURL:      c.authURL,
+		ClientID:     c.clientID,
+		ClientSecret: c.clientSecret,
+		Logger:       h.log.With("component", "platform"),
+		Observer:     h.apiObserver,
+		Version:      h.version,
+		RateLimits:   h.rateLimits,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("platform client: %w", err)
+	}
+	h.built = &apiClients{Platform: pc, Metrics: metricsapi.NewClient(pc.Metrics()), Accounts: pc.Accounts()}
+	return h.built, nil
+}
+
+// environments returns the sharded environment discovery of the flags; call
+// it after clients.
+func (h *host) environments(cl *apiClients) *schedule.Discovery {
+	return &schedule.Discovery{
+		Accounts:      cl.Accounts,
+		Organizations: h.common.organizationIDs,
+		Static:        h.common.environmentIDs,
+		Shard:         h.common.shard,
+	}
+}
+
+// close stops what the host started (the simulator).
+func (h *host) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := len(h.closers) - 1; i >= 0; i-- {
+		h.closers[i]()
+	}
+	h.closers = nil
+}
+
+// durationOr returns d, or def when d is zero.
+func durationOr(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}

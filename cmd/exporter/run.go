@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
+	"github.com/edgepipe/edgepipe/internal/schedule"
+	"github.com/edgepipe/edgepipe/internal/sinks/otel"
+	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
+	"github.com/edgepipe/edgepipe/internal/version"
+)
+
+// DefaultListenAddress is the exporter's default --web.listen-address.
+const DefaultListenAddress = ":9780"
+
+// runFlags are the flags of the run command.
+type runFlags struct {
+	pollInterval      time.Duration
+	settleWindow      time.Duration
+	discoveryInterval time.Duration
+	concurrency       int
+	jitter            time.Duration
+	datasets          []string
+	otlpEndpoint      string
+	otlpProtocol      string
+	otlpQueue         int
+	seriesTTL         time.Duration
+	gaugeMaxAge       time.Duration
+	shutdownTimeout   time.Duration
+	web               *web.FlagConfig
+}
+
+func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
+	f := &runFlags{}
+	cmd.Flag("poll-interval", "How often each dataset is polled; polls are aligned to multiples of it.").Default("1m").DurationVar(&f.pollInterval)
+	cmd.Flag("settle-window", "How far back buckets are re-polled for late data (default 30m for FIVE_MINUTES, 3 buckets for HOUR and DAY); rounded up to whole buckets.").
+		DurationVar(&f.settleWindow)
+	cmd.Flag("discovery.interval", "How often environments and dataset descriptors are listed again.").Default("5m").DurationVar(&f.discoveryInterval)
+	cmd.Flag("poll.concurrency", "Most dataset polls running at once.").Default("4").IntVar(&f.concurrency)
+	cmd.Flag("poll.jitter", "Largest random delay added to each aligned poll (spreads instances).").Default("5s").DurationVar(&f.jitter)
+	cmd.Flag("dataset", "Poll only this dataset (repeatable; default: every dataset offering the granularity).").StringsVar(&f.datasets)
+	cmd.Flag("otlp.endpoint", "Enables OTLP export to this endpoint: a URL (http:// plaintext, https:// TLS) or host:port (TLS). The standard OTEL_EXPORTER_OTLP_* variables work too.").
+		StringVar(&f.otlpEndpoint)
+	cmd.Flag("otlp.protocol", "OTLP protocol: grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc).").StringVar(&f.otlpProtocol)
+	cmd.Flag("otlp.queue-size", "OTLP export requests (each up to 10000 points) queued while the collector is slow or down; beyond it points are dropped and counted.").
+		Default("256").IntVar(&f.otlpQueue)
+	cmd.Flag("prometheus.series-ttl", "Drop a label set (e.g. a country) whose newest bucket is this much older than the dataset's newest.").
+		Default(promsink.DefaultSeriesTTL.String()).DurationVar(&f.seriesTTL)
+	cmd.Flag("prometheus.gauge-max-age", "Hide the gauges of a label set whose newest bucket is this much older than the dataset's newest (its counters stay).").
+		Default(promsink.DefaultGaugeMaxAge.String()).DurationVar(&f.gaugeMaxAge)
+	cmd.Flag("shutdown-timeout", "How long shutdown may take to flush sinks.").Default("10s").DurationVar(&f.shutdownTimeout)
+	f.web = kingpinflag.AddFlags(cmd, DefaultListenAddress)
+	return f
+}
+
+// runDeps are test seams of the run command; production uses zero values.
+type runDeps struct {
+	clock    schedule.Clock      // default: the wall clock
+	listener net.Listener        // default: listen per --web.listen-address
+	registry *prometheus.Registry // default: a new registry
+	ready    chan<- *exporter    // receives the exporter once it serves
+}
+
+// exporter is one running run command: registry, sinks, scheduler, web.
+type exporter struct {
+	reg       *prometheus.Registry
+	self      *promsink.SelfMetrics
+	collector *promsink.Collector
+	sched     *schedule.Scheduler
+	handler   http.Handler
+	closers   []func(context.Context) error
+}
+
+// runExporter builds the exporter from the flags and runs it until ctx is
+// done: scheduler and web server, then an orderly shutdown (web server,
+// poll loops, then sinks flush within --shutdown-timeout).
+func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, deps runDeps) error {
+	x, err := buildExporter(ctx, h, f, exts, deps)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+		defer cancel()
+		for i := len(x.closers) - 1; i >= 0; i-- {
+			if err := x.closers[i](sctx); err != nil {
+				h.log.Error("shutdown", "err", err)
+			}
+		}
+	}()
+
+	srv := &http.Server{Handler: x.handler, ReadHeaderTimeout: 10 * time.Second}
+	srvErr := make(chan error, 1)
+	go func() {
+		if deps.listener != nil {
+			srvErr <- web.Serve(deps.listener, srv, f.web, h.log)
+		} else {
+			srvErr <- web.ListenAndServe(srv, f.web, h.log)
+		}
+	}()
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	schedDone := make(chan struct{})
+	go func() {
+		defer close(schedDone)
+		x.sched.Run(runCtx)
+	}()
+	if deps.ready != nil {
+		deps.ready <- x
+	}
+	h.log.Info("exporter running", "granularity", h.common.granularity, "poll_interval", f.pollInterval,
+		"settle_window", x.sched.SettleWindow(), "shard", fmt.Sprintf("%d/%d", h.common.shard.Index, h.common.shard.Count))
+
+	var result error
+	select {
+	case <-ctx.Done():
+	case err := <-srvErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			result = fmt.Errorf("web server: %w", err)
+		}
+	}
+	cancel()
+	<-schedDone
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	srv.Shutdown(sctx)
+	scancel()
+	h.log.Info("exporter stopped")
+	return result
+}
+
+// buildExporter wires registry, self-metrics, clients, sinks and scheduler.
+func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, deps runDeps) (*exporter, error) {
+	x := &exporter{reg: deps.registry}
+	if x.reg == nil {
+		x.reg = prometheus.NewRegistry()
+	}
+	clock := deps.clock
+	if clock == nil {
+		clock = schedule.RealClock{}
+	}
+	vi := version.Get()
+	self, err := promsink.NewSelfMetrics(x.reg, promsink.BuildInfo{Version: vi.Version, Revision: vi.Revision, GoVersion: runtime.Version()}, clock.Now)
+	if err != nil {
+		return nil, fmt.Errorf("self-metrics: %w", err)
+	}
+	x.self = self
+	h.apiObserver = self
+	cl, err := h.clients(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	x.collector = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge})
+	if err := x.reg.Register(x.collector); err != nil {
+		return nil, fmt.Errorf("register collector: %w", err)
+	}
+	pubs := []schedule.NamedPublisher{{Name: "prometheus", Publisher: x.collector}}
+
+	if otel.Enabled(f.otlpEndpoint) {
+		proto, err := otel.Protocol(f.otlpProtocol)
+		if err != nil {
+			return nil, err
+		}
+		exp, err := otel.NewExporter(ctx, proto, f.otlpEndpoint)
+		if err != nil {
+			return nil, err
+		}
+		res, err := otel.NewResource(ctx, vi.Version)
+		if err != nil {
+			return nil, err
+		}
+		sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg,
+			Logger: h.log.With("sink", "otlp")})
+		if err != nil {
+			return nil, err
+		}
+		x.closers = append(x.closers, sink.Close)
+		pubs = append(pubs, schedule.NamedPublisher{Name: "otlp", Publisher: sink})
+		h.log.Info("OTLP export enabled", "protocol", proto, "endpoint", f.otlpEndpoint)
+	}
+
+	var resume schedule.ResumeSource
+	for _, e := range exts {
+		p, err := e.setup(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		pubs = append(pubs, p.publishers...)
+		if p.close != nil {
+			x.closers = append(x.closers, p.close)
+		}
+		if p.resume != nil {
+			if resume != nil {
+				return nil, errors.New("two extensions provide a resume source")
+			}
+			resume = p.resume
+		}
+	}
+
+	x.sched, err = schedule.New(schedule.Config{
+		Granularity:       h.common.granularity,
+		PollInterval:      f.pollInterval,
+		SettleWindow:      f.settleWindow,
+		DiscoveryInterval: f.discoveryInterval,
+		Concurrency:       f.concurrency,
+		Jitter:            f.jitter,
+		Datasets:          f.datasets,
+		DatasetSource:     cl.Metrics,
+		Environments:      h.environments(cl),
+		Fetcher:           cl.Metrics,
+		Resume:            resume,
+		Publishers:        pubs,
+		Observer:          self,
+		Clock:             clock,
+		Logger:            h.log.With("component", "schedule"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	x.handler, err = newHandler(x.reg, x.sched, h, vi.Version)
+	if err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// newHandler serves /metrics, /healthz, /readyz and the landing page.
+func newHandler(reg *prometheus.Registry, sched *schedule.Scheduler, h *host, ver string) (http.Handler, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      slogErrorLog{h},
+		ErrorHandling: promhttp.ContinueOnError,
+		Registry:      reg,
+	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !sched.Ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: waiting for the first discovery and a successful poll of every dataset")
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	landing, err := web.NewLandingPage(web.LandingConfig{
+		Name:        "edgepipe exporter",
+		Description: "Exports the CDN platform's traffic metrics (every dataset of every environment) to Prometheus and OpenTelemetry.",
+		Version:     ver,
+		Links: []web.LandingLinks{
+			{Address: "/metrics", Text: "Metrics"},
+			{Address: "/healthz", Text: "Health"},
+			{Address: "/readyz", Text: "Readiness", Description: "ready after the first discovery and a successful poll of every dataset"},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("landing page: %w", err)
+	}
+	mux.Handle("/", landing)
+	return mux, nil
+}
+
+// slogErrorLog adapts the logger to promhttp's error log.
+type slogErrorLog struct{ h *host }
+
+func (l slogErrorLog) Println(v ...any) { l.h.log.Error("serving /metrics", "err", fmt.Sprint(v...)) }
