@@ -66,10 +66,10 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 
 // runDeps are test seams of the run command; production uses zero values.
 type runDeps struct {
-	clock    schedule.Clock      // default: the wall clock
-	listener net.Listener        // default: listen per --web.listen-address
+	clock    schedule.Clock       // default: the wall clock
+	listener net.Listener         // default: listen per --web.listen-address
 	registry *prometheus.Registry // default: a new registry
-	ready    chan<- *exporter    // receives the exporter once it serves
+	ready    chan<- *exporter     // receives the exporter once it serves
 }
 
 // exporter is one running run command: registry, sinks, scheduler, web.
