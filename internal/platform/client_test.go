@@ -577,3 +577,24 @@ func TestRateLimiterBudget(t *testing.T) {
 		t.Errorf("override merge = %+v", merged)
 	}
 }
+
+func TestUnreachablePlatformBounded(t *testing.T) {
+	f := newFakeAPI(t, okHandler)
+	cfg := f.config()
+	f.srv.Close() // connection refused from now on
+	cfg.Retry.MaxAttempts = 3
+	obs := &recordingObserver{}
+	cfg.Observer = obs
+	c := f.client(cfg)
+	err := c.Metrics().Do(ctxT(t), http.MethodGet, "/a", nil, nil, nil)
+	if err == nil || StatusCode(err) != 0 {
+		t.Fatalf("err = %v, want a network error without an API status", err)
+	}
+	if !strings.Contains(err.Error(), "after 3 attempts") {
+		t.Errorf("err = %q, want the attempt count", err)
+	}
+	want := []observed{{"auth", "POST", 0}, {"auth", "POST", 0}, {"auth", "POST", 0}}
+	if got := obs.all(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("observed %v, want %v", got, want)
+	}
+}
