@@ -181,7 +181,6 @@ type profileState struct {
 	since   time.Time             // when pending got its first record (wall clock)
 	carry   float64               // fractional records owed by the rate
 	shape   recordShape           // of pending
-	shapeOf []string              // fields the shape was built from
 }
 
 type seqCounter struct {
@@ -342,14 +341,18 @@ func (e *deliveryEngine) step(ctx context.Context, dt float64, wall time.Time) {
 			ps.carry += rate * dt
 			n := int(ps.carry)
 			ps.carry -= float64(n)
-			if n > 0 && !slices.Equal(ps.shapeOf, tg.profile.Fields) {
-				// The profile's fields changed: ship what was made the old way.
-				e.flushLocked(ctx, tg, ps)
+			var shape recordShape
+			if n > 0 {
+				shape = shapeOf(tg.profile)
+				if len(ps.pending) > 0 && !slices.Equal(ps.shape.keys, shape.keys) {
+					// The profile's fields or custom headers changed: ship
+					// what was made the old way first.
+					e.flushLocked(ctx, tg, ps)
+				}
 			}
 			if n > 0 && len(ps.pending) == 0 {
 				ps.since = wall
-				ps.shape = shapeOf(tg.profile)
-				ps.shapeOf = slices.Clone(tg.profile.Fields)
+				ps.shape = shape
 			}
 			now := e.now()
 			for range n {
