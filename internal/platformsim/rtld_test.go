@@ -460,3 +460,42 @@ func TestRTLDConcurrentCreateSameName(t *testing.T) {
 		t.Errorf("%d creates succeeded, %d profiles stored; want 1", created, len(sim.srv.rtld.store.list(env)))
 	}
 }
+
+func TestRTLDRequestBodyLimits(t *testing.T) {
+	sim := newRTLDSim(t, Config{Seed: 1})
+	env := sim.srv.EnvironmentIDs()[0]
+	post := func(ctype string, body []byte) int {
+		req, _ := http.NewRequest("POST", sim.base+"/rtld/v1/accesslogs/profiles", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+sim.token)
+		if ctype != "" {
+			req.Header.Set("Content-Type", ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	valid, _ := json.Marshal(validProfile(env))
+	other := validProfile(env)
+	other["profile_name"] = "other"
+	valid2, _ := json.Marshal(other)
+	huge := append([]byte(`{"description":"`), bytes.Repeat([]byte("x"), maxProfileBodySize)...)
+	tests := []struct {
+		name, ctype string
+		body        []byte
+		want        int
+	}{
+		{"no content type", "", valid, 201},
+		{"json with charset", "application/json; charset=utf-8", valid2, 201},
+		{"text/plain", "text/plain", valid, 415},
+		{"body over 1 MiB", "application/json", huge, 413},
+		{"trailing data", "application/json", append(append([]byte{}, valid...), []byte(` {}`)...), 400},
+	}
+	for _, tt := range tests {
+		if got := post(tt.ctype, tt.body); got != tt.want {
+			t.Errorf("%s: status %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
