@@ -18,8 +18,8 @@ func TestDatasetDescriptors(t *testing.T) {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
 	var coll struct {
-		ID    string                `json:"@id"`
-		Type  string                `json:"@type"`
+		ID    string               `json:"@id"`
+		Type  string               `json:"@type"`
 		Items []metricsapi.Dataset `json:"items"`
 	}
 	if err := json.Unmarshal(r.body, &coll); err != nil {
@@ -197,9 +197,15 @@ func TestDataValidation(t *testing.T) {
 		{name: "date_range not an object", query: valid(func(q map[string]any) { q["date_range"] = "today" }), status: 400, source: "date_range"},
 		{name: "missing start", query: valid(func(q map[string]any) { q["date_range"] = map[string]any{"end": day.Format(time.RFC3339)} }), status: 400, source: "date_range.start"},
 		{name: "missing end", query: valid(func(q map[string]any) { q["date_range"] = map[string]any{"start": day.Format(time.RFC3339)} }), status: 400, source: "date_range.end"},
-		{name: "start not a date", query: valid(func(q map[string]any) { q["date_range"] = map[string]any{"start": "yesterday", "end": day.Format(time.RFC3339)} }), status: 400, source: "date_range.start"},
-		{name: "start not a string", query: valid(func(q map[string]any) { q["date_range"] = map[string]any{"start": 1763856000, "end": day.Format(time.RFC3339)} }), status: 400, source: "date_range.start"},
-		{name: "end without zone", query: valid(func(q map[string]any) { q["date_range"] = map[string]any{"start": day.Format(time.RFC3339), "end": "2026-11-22T01:00:00"} }), status: 400, source: "date_range.end"},
+		{name: "start not a date", query: valid(func(q map[string]any) {
+			q["date_range"] = map[string]any{"start": "yesterday", "end": day.Format(time.RFC3339)}
+		}), status: 400, source: "date_range.start"},
+		{name: "start not a string", query: valid(func(q map[string]any) {
+			q["date_range"] = map[string]any{"start": 1763856000, "end": day.Format(time.RFC3339)}
+		}), status: 400, source: "date_range.start"},
+		{name: "end without zone", query: valid(func(q map[string]any) {
+			q["date_range"] = map[string]any{"start": day.Format(time.RFC3339), "end": "2026-11-22T01:00:00"}
+		}), status: 400, source: "date_range.end"},
 		{name: "start equals end", query: valid(func(q map[string]any) { q["date_range"] = rng(0) }), status: 400, source: "date_range"},
 		{name: "start after end", query: valid(func(q map[string]any) { q["date_range"] = rng(-time.Hour) }), status: 400, source: "date_range"},
 		{name: "unknown granularity", query: valid(func(q map[string]any) { q["time_granularity"] = "MINUTE" }), status: 400, source: "time_granularity"},
