@@ -10,6 +10,7 @@ import (
 )
 
 func TestClickHouseBatchInsertExplicitColumns(t *testing.T) {
+	t.Parallel()
 	ch := ClickHouse(t)
 	db := ch.NewDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -77,6 +78,7 @@ func TestClickHouseBatchInsertExplicitColumns(t *testing.T) {
 // TestClickHouse1816Quirks pins down what the driver and the old server do, so
 // a change of either shows up here rather than in a sink's test.
 func TestClickHouse1816Quirks(t *testing.T) {
+	t.Parallel()
 	ch := ClickHouse(t)
 	conn := ch.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -150,6 +152,7 @@ func TestClickHouse1816Quirks(t *testing.T) {
 }
 
 func TestClickHouseKillAndRestartKeepsData(t *testing.T) {
+	t.Parallel()
 	ch := ClickHouse(t)
 	addr := ch.Addr()
 	ch.Exec(t, "CREATE TABLE default.kept (v UInt64) ENGINE = MergeTree ORDER BY v")

@@ -30,6 +30,7 @@ func produce(t *testing.T, cl *kgo.Client, topic string, from, to int) {
 }
 
 func TestKafkaProduceConsumeAndKcat(t *testing.T) {
+	t.Parallel()
 	k := Kafka(t)
 	topic := k.NewTopic(t, 4)
 	produce(t, k.Client(t), topic, 0, 200)
@@ -67,6 +68,7 @@ func TestKafkaProduceConsumeAndKcat(t *testing.T) {
 }
 
 func TestKafkaAutoCreatedTopic(t *testing.T) {
+	t.Parallel()
 	k := Kafka(t)
 	if got := k.Records(t, "does-not-exist"); len(got) != 0 {
 		t.Fatalf("missing topic: %d records", len(got))
@@ -82,6 +84,7 @@ func TestKafkaAutoCreatedTopic(t *testing.T) {
 // outage to segmentio/kafka-go (the receiver's client) and that Resume
 // brings back everything acknowledged before it.
 func TestKafkaPauseKeepsAcknowledgedRecords(t *testing.T) {
+	t.Parallel()
 	k := Kafka(t)
 	topic := k.NewTopic(t, 3)
 	w := &kafkago.Writer{

@@ -11,6 +11,7 @@ import (
 )
 
 func TestPrometheusScrapesAndQueries(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "testenv_requests_total", Help: "Requests."}, []string{"code"})
 	reg.MustRegister(c)
@@ -41,6 +42,7 @@ func TestPrometheusScrapesAndQueries(t *testing.T) {
 }
 
 func TestPrometheusConfigJobs(t *testing.T) {
+	t.Parallel()
 	cfg := prometheusConfig([]ScrapeJob{
 		{Name: "a", Targets: []string{"127.0.0.1:1", "127.0.0.1:2"}},
 		{Name: "b", Targets: []string{"127.0.0.1:3"}, MetricsPath: "/m", Scheme: "https", BasicAuthUser: "u", BasicAuthPassword: "p\"w"},
@@ -57,6 +59,7 @@ func TestPrometheusConfigJobs(t *testing.T) {
 }
 
 func TestPromtoolCheckMetrics(t *testing.T) {
+	t.Parallel()
 	promtool := Promtool(t)
 	tests := []struct {
 		name       string
