@@ -212,6 +212,11 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if r.ContentLength > in.cfg.MaxBodyBytes {
+		in.fail(w, http.StatusRequestEntityTooLarge, StatusTooLarge, 0,
+			fmt.Sprintf("request body of %d bytes exceeds %d bytes", r.ContentLength, in.cfg.MaxBodyBytes))
+		return
+	}
 	wire := &countingReader{r: http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes)}
 	var body io.Reader = wire
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {

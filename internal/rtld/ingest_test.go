@@ -113,7 +113,7 @@ func TestIngestAnswers(t *testing.T) {
 		{"wrong user", "rtl", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 1)), true, 401, 0, "credentials"},
 		{"malformed json", "rtld", "s3cret", gz(t, "[{\"a\":1},\n{\"b\":}]"), true, 400, 0, "line 2"},
 		{"broken gzip", "rtld", "s3cret", []byte("not gzip at all"), true, 400, 0, "gzip"},
-		{"oversized body", "rtld", "s3cret", bytes.Repeat([]byte(" "), 2<<20), false, 413, 0, "request body exceeds"},
+		{"oversized body", "rtld", "s3cret", bytes.Repeat([]byte(" "), 2<<20), false, 413, 0, "exceeds 1048576 bytes"},
 		{"gzip bomb", "rtld", "s3cret", bomb, true, 413, 0, "decompressed body exceeds"},
 		{"duplicate", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 9)), true, 200, 0, ""},
 	} {

@@ -38,6 +38,10 @@ type Config struct {
 	CreateTopic       bool
 	Partitions        int
 	ReplicationFactor int
+	// BatchBytes bounds one produce request per partition (default 1 MB,
+	// under the broker's default message.max.bytes of 1 MiB; raise both
+	// together).
+	BatchBytes int64
 	// WriteTimeout bounds one delivery (default 30s); a timed-out delivery
 	// is retried by the worker.
 	WriteTimeout time.Duration
@@ -83,6 +87,9 @@ func New(cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.BatchBytes <= 0 {
+		cfg.BatchBytes = 1_000_000
+	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 30 * time.Second
 	}
@@ -96,7 +103,7 @@ func New(cfg Config) (*Sink, error) {
 		RequiredAcks:           kafkago.RequireAll,
 		Compression:            comp,
 		BatchSize:              10_000,
-		BatchBytes:             16 << 20,
+		BatchBytes:             cfg.BatchBytes,
 		BatchTimeout:           2 * time.Millisecond,
 		MaxAttempts:            3,
 		WriteBackoffMin:        100 * time.Millisecond,

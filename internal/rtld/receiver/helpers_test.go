@@ -1,0 +1,248 @@
+package receiver_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/platform"
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+	kgzip "github.com/klauspost/compress/gzip"
+)
+
+// testCert is a self-signed certificate for 127.0.0.1 written to files.
+type testCert struct {
+	certFile, keyFile string
+	pool              *x509.CertPool
+	tls               tls.Certificate
+}
+
+func newTestCert(t testing.TB) testCert {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "rtld-receiver test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true, IsCA: true, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c := testCert{certFile: filepath.Join(dir, "cert.pem"), keyFile: filepath.Join(dir, "key.pem"), pool: x509.NewCertPool()}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	if err := os.WriteFile(c.certFile, certPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.pool.AppendCertsFromPEM(certPEM)
+	if c.tls, err = tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// webConfig writes an exporter-toolkit web config serving TLS with c.
+func (c testCert) webConfig(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(p, []byte(fmt.Sprintf("tls_server_config:\n  cert_file: %s\n  key_file: %s\n", c.certFile, c.keyFile)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// buildReceiver builds cmd/rtld-receiver into a temporary directory.
+func buildReceiver(t testing.TB) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "rtld-receiver")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/edgepipe/edgepipe/cmd/rtld-receiver")
+	cmd.Env = os.Environ()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build cmd/rtld-receiver: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// receiverProcess is the receiver running as a child process.
+type receiverProcess struct {
+	t    testing.TB
+	bin  string
+	args []string
+	env  []string
+	log  string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func (p *receiverProcess) start() {
+	p.t.Helper()
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.cmd = cmd
+	p.done = make(chan error, 1)
+	go func() { p.done <- cmd.Wait(); f.Close() }()
+}
+
+// kill9 sends SIGKILL and waits for the process to exit.
+func (p *receiverProcess) kill9() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// stop sends SIGTERM and returns the exit error.
+func (p *receiverProcess) stop() error {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(30 * time.Second):
+		p.kill9()
+		return fmt.Errorf("receiver did not exit within 30s of SIGINT")
+	}
+}
+
+func (p *receiverProcess) logs() string {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 8000 {
+		b = b[len(b)-8000:]
+	}
+	return string(b)
+}
+
+// scrape returns the value of the first sample whose line starts with name
+// (name may include labels), or -1.
+func scrape(client *http.Client, metricsURL, name string) float64 {
+	resp, err := client.Get(metricsURL)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+" ") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(line[len(name):]), 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+// profileID finds the receiver's profile in env through the simulator's API.
+func profileID(ctx context.Context, t testing.TB, apiURL, env string) (int64, error) {
+	c, err := platform.New(platform.Config{BaseURL: apiURL, AuthURL: apiURL, ClientID: platformsim.DemoClientID, ClientSecret: platformsim.DemoClientSecret})
+	if err != nil {
+		return 0, err
+	}
+	var out struct {
+		Items []struct {
+			ID          int64  `json:"id"`
+			ProfileName string `json:"profile_name"`
+			Enabled     bool   `json:"enabled"`
+		} `json:"items"`
+	}
+	if err := c.RTLD().Do(ctx, http.MethodGet, "/accesslogs/profiles", url.Values{"environment_id": {env}}, nil, &out); err != nil {
+		return 0, err
+	}
+	for _, p := range out.Items {
+		if p.ProfileName == "edgepipe" && p.Enabled {
+			return p.ID, nil
+		}
+	}
+	return 0, fmt.Errorf("no edgepipe profile in %s yet", env)
+}
+
+func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func gzipBytes(t testing.TB, b []byte) []byte {
+	var buf bytes.Buffer
+	w := kgzip.NewWriter(&buf)
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	return buf.Bytes()
+}
+
+// gzipBomb is a record with one n MiB string, gzipped (about n KiB): the
+// decoder would have to hold the whole string.
+func gzipBomb(t testing.TB, n int) []byte {
+	var buf bytes.Buffer
+	w, _ := kgzip.NewWriterLevel(&buf, kgzip.BestCompression)
+	w.Write([]byte(`[{"a":"`))
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	for i := 0; i < n; i++ {
+		w.Write(chunk)
+	}
+	w.Close()
+	return buf.Bytes()
+}
+
+func postBatch(t testing.TB, client *http.Client, u, user, pass string, body []byte, gzipped bool) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, u, bytes.NewReader(body))
+	req.SetBasicAuth(user, pass)
+	if gzipped {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
