@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+	"github.com/edgepipe/edgepipe/internal/sinks/otel"
+	"github.com/edgepipe/edgepipe/internal/sinks/otel/otlptest"
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+// TestOTLPReceivesEveryBucket exports to an in-process OTLP/gRPC receiver
+// that decodes the real protobuf: per series, metric and bucket, the delta
+// points of a count add up to the simulator's value (first sighting plus
+// revisions), the newest gauge point is the simulator's value, and every
+// point carries the bucket's start and end.
+func TestOTLPReceivesEveryBucket(t *testing.T) {
+	rcv, addr := otlptest.StartGRPC(t)
+	te := startExporter(t, testOptions{sim: platformsim.Config{Environments: 3}, run: func(f *runFlags) {
+		f.otlpEndpoint = "http://" + addr
+		f.otlpProtocol = "grpc"
+	}})
+	envs := te.sim.EnvironmentIDs()
+	datasets := te.sim.DatasetNames()
+	te.advance(2*time.Minute + 30*time.Second) // 10:05, bucket 10:00 filling
+	te.advance(time.Minute)                    // 10:06, revised
+	te.advance(4 * time.Minute)                // 10:10
+	at := te.clock.Now()
+	te.stop() // flushes the OTLP queue
+	to := metricsapi.FiveMinutes.Truncate(at)
+
+	type key struct{ metric, attrs, start string }
+	sums := map[key]float64{}
+	last := map[key]float64{}
+	revisionDeltas := 0
+	seen := map[key]int{}
+	for _, p := range rcv.Points() {
+		if p.Resource["service.name"] != otel.ServiceName {
+			t.Fatalf("resource %v", p.Resource)
+		}
+		if p.Time-p.Start != uint64(5*time.Minute) {
+			t.Errorf("%s: point spans %v, want one bucket", p.Metric, time.Duration(p.Time-p.Start))
+		}
+		var as []string
+		for k, v := range p.Attributes {
+			as = append(as, k+"="+v)
+		}
+		sort.Strings(as)
+		k := key{p.Metric, strings.Join(as, ","), time.Unix(0, int64(p.Start)).UTC().Format(time.RFC3339)}
+		name := strings.Split(p.Metric, ".")
+		isCount := metricsapi.Classify(name[len(name)-1]).Kind == metricsapi.KindCount
+		if isCount != p.Sum {
+			t.Errorf("%s: sum=%v", p.Metric, p.Sum)
+		}
+		if p.Sum {
+			if !p.Monotonic || p.Temporality != metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA {
+				t.Errorf("%s: monotonic %v temporality %v", p.Metric, p.Monotonic, p.Temporality)
+			}
+			sums[k] += p.Value
+			seen[k]++
+			if seen[k] == 2 {
+				revisionDeltas++
+			}
+		} else {
+			last[k] = p.Value
+		}
+	}
+	checked := 0
+	for _, ds := range datasets {
+		labels := te.sim.DatasetLabels(ds)
+		metrics := te.sim.DatasetMetrics(ds)
+		for _, env := range envs {
+			rows, err := te.sim.Rows(ds, env, metricsapi.FiveMinutes, te.firstFrom, to, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				as := []string{"environment_id=" + env}
+				for i, l := range labels {
+					as = append(as, l+"="+r.Labels[i])
+				}
+				sort.Strings(as)
+				for i, m := range metrics {
+					if math.IsNaN(r.Values[i]) {
+						continue
+					}
+					k := key{otel.MetricName(ds, m), strings.Join(as, ","), r.Time.Format(time.RFC3339)}
+					got, ok := sums[k]
+					if metricsapi.Classify(m).Kind != metricsapi.KindCount {
+						got, ok = last[k]
+					}
+					if !ok || got != r.Values[i] {
+						t.Errorf("%s %s @%s: got %v (present %v), simulator %v", k.metric, k.attrs, k.start, got, ok, r.Values[i])
+					}
+					checked++
+				}
+			}
+		}
+	}
+	if checked == 0 || revisionDeltas == 0 {
+		t.Fatalf("checked %d points, %d revision deltas: the test proves nothing", checked, revisionDeltas)
+	}
+	t.Logf("checked %d bucket values, %d count buckets revised by further deltas", checked, revisionDeltas)
+}
+
+// TestPrometheusScrapesExporter lets a real Prometheus scrape the exporter
+// and checks with PromQL that the stored counters equal the simulator's
+// bucket sums at two moments, and that their increase between the two (as
+// `x - x offset`, which unlike increase() does not extrapolate) is the
+// simulator's increase.
+func TestPrometheusScrapesExporter(t *testing.T) {
+	te := startExporter(t, testOptions{sim: platformsim.Config{Environments: 4}})
+	prom := testenv.Prometheus(t, te.addr)
+	prom.WaitTargetsUp(t, 30*time.Second)
+	envs := te.sim.EnvironmentIDs()
+	datasets := te.sim.DatasetNames()
+
+	stateA := te.clock.Now()
+	expA := truth(t, te.sim, envs, datasets, te.firstFrom, metricsapi.FiveMinutes.Truncate(stateA), stateA)
+	time.Sleep(2500 * time.Millisecond) // ≥ 2 scrapes of state A
+	tA := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	te.advance(12 * time.Minute) // new buckets and revisions
+	stateB := te.clock.Now()
+	expB := truth(t, te.sim, envs, datasets, te.firstFrom, metricsapi.FiveMinutes.Truncate(stateB), stateB)
+	time.Sleep(2500 * time.Millisecond)
+	tB := time.Now()
+
+	query := func(q string, ts time.Time) model.Vector {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		v, _, _, err := prom.API().Query(ctx, q, ts)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		vec, ok := v.(model.Vector)
+		if !ok {
+			t.Fatalf("%s: %T", q, v)
+		}
+		return vec
+	}
+	for _, c := range []struct {
+		at  time.Time
+		exp expectation
+	}{{tA, expA}, {tB, expB}} {
+		vec := query(`{__name__=~"cdn_.+_total", job="edgepipe"}`, c.at)
+		got := map[string]float64{}
+		for _, s := range vec {
+			labels := map[string]string{}
+			for k, v := range s.Metric {
+				if k != model.MetricNameLabel && k != "job" && k != "instance" {
+					labels[string(k)] = string(v)
+				}
+			}
+			got[seriesKey(string(s.Metric[model.MetricNameLabel]), labels)] = float64(s.Value)
+		}
+		n := 0
+		for k := range c.exp.counters {
+			if got[k] != c.exp.values[k] {
+				t.Errorf("at %s: Prometheus has %s = %v, simulator's sum %v", c.at.Format(time.TimeOnly), k, got[k], c.exp.values[k])
+			}
+			n++
+		}
+		if len(got) != n {
+			t.Errorf("Prometheus holds %d counter series, want %d", len(got), n)
+		}
+	}
+	// The increase between the two moments, per dataset, in PromQL.
+	off := tB.Sub(tA).Round(time.Millisecond)
+	for _, ds := range datasets {
+		name := "cdn_" + ds + "_requests_origin_total"
+		if ds == "edge_errors" || ds == "edge_usage_by_country" {
+			name = "cdn_" + ds + "_requests_edge_total"
+		}
+		vec := query(fmt.Sprintf(`sum(%s) - sum(%s offset %dms)`, name, name, off.Milliseconds()), tB)
+		var want float64
+		for k := range expB.counters {
+			if strings.HasPrefix(k, name+"{") {
+				want += expB.values[k] - expA.values[k]
+			}
+		}
+		if len(vec) != 1 || float64(vec[0].Value) != want {
+			t.Errorf("%s increase between the two moments: Prometheus %v, simulator %v", name, vec, want)
+		}
+		if want == 0 {
+			t.Errorf("%s did not increase: the test proves nothing", name)
+		}
+	}
+}
