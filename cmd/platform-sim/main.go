@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -26,13 +27,17 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "platform-sim:", err)
 		os.Exit(1)
 	}
 }
 
-func run(args []string) error {
+// run serves until ctx ends (SIGINT/SIGTERM in main).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	app := kingpin.New("platform-sim", "Simulated CDN platform API (auth, accounts, metrics, RTLD) with deterministic, realistic data.")
 	var (
 		listen        = app.Flag("web.listen-address", "Address to serve the API and the token endpoint on.").Default("127.0.0.1:9790").String()
@@ -53,6 +58,8 @@ func run(args []string) error {
 		insecure      = app.Flag("delivery.insecure-skip-verify", "Accept any TLS certificate of destination endpoints (local demos only).").Bool()
 		logLevel      = app.Flag("log.level", "Log level: debug, info, warn, error.").Default("info").Enum("debug", "info", "warn", "error")
 	)
+	app.UsageWriter(stderr)
+	app.ErrorWriter(stderr)
 	if _, err := app.Parse(args); err != nil {
 		return err
 	}
@@ -60,7 +67,7 @@ func run(args []string) error {
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("log level: %w", err)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
 	for name, v := range map[string]float64{"fault.rate-429": *rate429, "fault.rate-5xx": *rate5xx} {
 		if v < 0 || v > 1 {
@@ -102,9 +109,6 @@ func run(args []string) error {
 		Scopes: []string{platformsim.ScopeMetrics, platformsim.ScopeAccounts, platformsim.ScopeRTLD},
 	}}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
 	srv := platformsim.New(cfg)
 	base, err := srv.Start(*listen)
 	if err != nil {
@@ -121,9 +125,9 @@ func run(args []string) error {
 		"properties", len(srv.Properties()),
 		"environments", len(envs),
 		"seed", *seed)
-	fmt.Printf("platform-sim: API and auth URL %s\n", base)
-	fmt.Printf("platform-sim: organization ID %s\n", platformsim.DemoOrganizationID)
-	fmt.Printf("platform-sim: client ID %s (secret: %s)\n", platformsim.DemoClientID, secretSource)
+	fmt.Fprintf(stdout, "platform-sim: API and auth URL %s\n", base)
+	fmt.Fprintf(stdout, "platform-sim: organization ID %s\n", platformsim.DemoOrganizationID)
+	fmt.Fprintf(stdout, "platform-sim: client ID %s (secret: %s)\n", platformsim.DemoClientID, secretSource)
 
 	<-ctx.Done()
 	log.Info("shutting down")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"math/rand/v2"
 	"net/http"
 	"sort"
@@ -332,6 +333,13 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		writeError(w, http.StatusNotFound, "not_found", "Not Found", fmt.Sprintf("No dataset named %q.", name), detail("name", "unknown dataset"))
 		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeError(w, http.StatusUnsupportedMediaType, "unsupported_media_type", "Unsupported Media Type",
+				"The request body must be JSON (Content-Type: application/json).", detail("Content-Type", "got "+strconv.Quote(ct)))
+			return
+		}
 	}
 	at := s.now()
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))

@@ -252,6 +252,33 @@ func TestDataValidation(t *testing.T) {
 		checkError(t, r, 400, "metrics[0]")
 		checkError(t, r, 400, "filters.environment_id[0]")
 	})
+	t.Run("not JSON", func(t *testing.T) {
+		r := do(t, http.MethodPost, base+"/metrics/v1/datasets/edge_errors/data", "Bearer "+tok, "text/plain", mustJSON(valid(nil)))
+		checkError(t, r, 415, "Content-Type")
+	})
+	t.Run("JSON with charset", func(t *testing.T) {
+		r := do(t, http.MethodPost, base+"/metrics/v1/datasets/edge_usage_by_country/data", "Bearer "+tok, "application/json; charset=utf-8", mustJSON(valid(nil)))
+		dataRows(t, r)
+	})
+	t.Run("older than retention", func(t *testing.T) {
+		q := valid(nil)
+		old := testNow.Add(-40 * 24 * time.Hour).Truncate(time.Hour)
+		q["date_range"] = map[string]any{"start": old.Format(time.RFC3339), "end": old.Add(2 * time.Hour).Format(time.RFC3339)}
+		if _, rows := dataRows(t, dataQuery(t, base, tok, "edge_usage_by_country", q)); len(rows) != 0 {
+			t.Fatalf("%d five-minute rows from 40 days ago (retention 32 days)", len(rows))
+		}
+		q["time_granularity"] = "HOUR"
+		if _, rows := dataRows(t, dataQuery(t, base, tok, "edge_usage_by_country", q)); len(rows) == 0 {
+			t.Fatal("no hourly rows from 40 days ago (retention 95 days)")
+		}
+	})
+	t.Run("future", func(t *testing.T) {
+		q := valid(nil)
+		q["date_range"] = map[string]any{"start": testNow.Add(time.Hour).Format(time.RFC3339), "end": testNow.Add(2 * time.Hour).Format(time.RFC3339)}
+		if _, rows := dataRows(t, dataQuery(t, base, tok, "edge_usage_by_country", q)); len(rows) != 0 {
+			t.Fatalf("%d rows from the future", len(rows))
+		}
+	})
 	t.Run("no token", func(t *testing.T) {
 		r := do(t, http.MethodPost, base+"/metrics/v1/datasets/edge_errors/data", "", "application/json", mustJSON(valid(nil)))
 		checkError(t, r, 401, "Authorization")
