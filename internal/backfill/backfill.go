@@ -1,0 +1,266 @@
+// Package backfill loads a range of history from the Metrics API into a
+// durable sink (ClickHouse) for `exporter backfill`.
+//
+// The range is split the way the API demands (metricsapi.Plan: at most 20
+// environments and at most Granularity.MaxRange of time per request) into
+// chunks. Chunks run one after the other: each is fetched, written and
+// recorded as done before the next is fetched, so memory holds one
+// response at a time and an interrupted run (Ctrl-C, a crash, ClickHouse
+// going away) resumes where it stopped when started again with the same
+// arguments. Rate limits and 429s are handled by the platform client the
+// Fetcher wraps.
+package backfill
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/schedule"
+)
+
+// Fetcher sends one planned data request; *metricsapi.Client implements it.
+type Fetcher interface {
+	Fetch(ctx context.Context, r metricsapi.Request) ([]metricsapi.Row, error)
+}
+
+// Writer stores a batch before returning; *clickhouse.Sink implements it.
+type Writer interface {
+	Write(ctx context.Context, b *schedule.Batch) (int, error)
+}
+
+// Progress remembers which chunks are loaded.
+type Progress interface {
+	// Completed returns the IDs of the chunks recorded as done.
+	Completed(ctx context.Context) (map[string]bool, error)
+	// MarkDone records a chunk as done, after its rows are written.
+	MarkDone(ctx context.Context, c Chunk, rows int) error
+}
+
+// Reporter shows progress; see NewReporter.
+type Reporter interface {
+	// Start is called once with the number of chunks and how many of them
+	// an earlier run already loaded.
+	Start(total, already int)
+	// Chunk is called after each chunk this run loads.
+	Chunk(c Chunk, rows int)
+	// Finish is called at the end, with the run's error (nil on success).
+	Finish(s Summary, err error)
+}
+
+// Chunk is one API request of the backfill.
+type Chunk struct {
+	// ID names the chunk across runs: a hash of everything that shapes the
+	// request (dataset, granularity, range, environments, labels, metrics).
+	ID      string
+	Dataset *metricsapi.Dataset
+	Request metricsapi.Request
+}
+
+// Config configures Run. Datasets, Environments, From, To, Fetcher, Writer
+// and Progress are required.
+type Config struct {
+	// Datasets to load; each is loaded only as far back as its retention
+	// for Granularity allows.
+	Datasets     []metricsapi.Dataset
+	Environments []string
+	Granularity  metricsapi.Granularity // default FIVE_MINUTES
+	// From is inclusive and To exclusive; both are aligned to Granularity
+	// (From down, To up). To is capped at the start of the current bucket.
+	From, To time.Time
+
+	Fetcher  Fetcher
+	Writer   Writer
+	Progress Progress
+	Reporter Reporter     // optional
+	Logger   *slog.Logger // default slog.Default()
+	Now      func() time.Time
+	// MaxTries bounds the attempts to write one chunk or record it
+	// (default 5); the Fetcher retries requests itself.
+	MaxTries uint
+}
+
+// Summary is what a run did.
+type Summary struct {
+	// Chunks planned, Skipped because an earlier run loaded them, Loaded by
+	// this run.
+	Chunks, Skipped, Loaded int
+	// Rows written by this run.
+	Rows    int
+	Elapsed time.Duration
+	// Clamped lists datasets whose range was shortened to their retention.
+	Clamped []string
+}
+
+// Plan splits the backfill into chunks, in dataset and then time order.
+func Plan(cfg Config) ([]Chunk, []string, error) {
+	g := cfg.Granularity
+	if g == "" {
+		g = metricsapi.FiveMinutes
+	}
+	now := time.Now
+	if cfg.Now != nil {
+		now = cfg.Now
+	}
+	if cfg.From.IsZero() || cfg.To.IsZero() || !cfg.From.Before(cfg.To) {
+		return nil, nil, fmt.Errorf("backfill: need --from before --to (got %s .. %s)", cfg.From.Format(time.RFC3339), cfg.To.Format(time.RFC3339))
+	}
+	if len(cfg.Environments) == 0 {
+		return nil, nil, errors.New("backfill: no environments")
+	}
+	t := now()
+	to := cfg.To
+	if cur := g.Truncate(t); to.After(cur) {
+		to = cur // the bucket in progress is not final yet
+	}
+	envs := slices.Clone(cfg.Environments)
+	slices.Sort(envs)
+	var chunks []Chunk
+	var clamped []string
+	for i := range cfg.Datasets {
+		ds := &cfg.Datasets[i]
+		if !ds.Supports(g) {
+			continue
+		}
+		from := cfg.From
+		if ret := ds.Retention.For(g); ret > 0 {
+			// One bucket of margin keeps the oldest request clear of the
+			// retention boundary, which moves while the backfill runs.
+			oldest := g.Truncate(t.Add(-ret)).Add(g.Duration())
+			if from.Before(oldest) {
+				from = oldest
+				clamped = append(clamped, ds.Name)
+			}
+		}
+		if !from.Before(to) {
+			continue
+		}
+		labels := []string{}
+		for _, l := range ds.Labels() {
+			labels = append(labels, l.Name)
+		}
+		reqs, err := metricsapi.Plan(metricsapi.Query{
+			Dataset: ds.Name, Environments: envs, Granularity: g,
+			Start: from, End: to, Labels: labels, Metrics: ds.MetricNames(),
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("backfill %s: %w", ds.Name, err)
+		}
+		for _, r := range reqs {
+			chunks = append(chunks, Chunk{ID: chunkID(r), Dataset: ds, Request: r})
+		}
+	}
+	return chunks, clamped, nil
+}
+
+func chunkID(r metricsapi.Request) string {
+	h := sha256.New()
+	envs := slices.Clone(r.Environments)
+	slices.Sort(envs)
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%s\x00%s\x00%s",
+		r.Dataset, r.Granularity, r.Start.Unix(), r.End.Unix(),
+		strings.Join(envs, ","), strings.Join(r.Labels, ","), strings.Join(r.Metrics, ","))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Run loads every chunk not yet recorded as done. On ctx cancellation it
+// stops after recording the chunks already written and returns ctx's error;
+// running again with the same arguments continues from there.
+func Run(ctx context.Context, cfg Config) (Summary, error) {
+	start := time.Now()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Fetcher == nil || cfg.Writer == nil || cfg.Progress == nil {
+		return Summary{}, errors.New("backfill: Fetcher, Writer and Progress are required")
+	}
+	if cfg.MaxTries == 0 {
+		cfg.MaxTries = 5
+	}
+	chunks, clamped, err := Plan(cfg)
+	if err != nil {
+		return Summary{}, err
+	}
+	sum := Summary{Chunks: len(chunks), Clamped: clamped}
+	for _, name := range clamped {
+		log.Warn("backfill range starts before the dataset's retention; starting at the oldest bucket the API keeps", "dataset", name)
+	}
+	done, err := cfg.Progress.Completed(ctx)
+	if err != nil {
+		return sum, fmt.Errorf("backfill: read progress: %w", err)
+	}
+	for _, c := range chunks {
+		if done[c.ID] {
+			sum.Skipped++
+		}
+	}
+	if cfg.Reporter != nil {
+		cfg.Reporter.Start(len(chunks), sum.Skipped)
+	}
+	err = func() error {
+		for _, c := range chunks {
+			if done[c.ID] {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			rows, err := loadChunk(ctx, cfg, c, log)
+			if err != nil {
+				return err
+			}
+			sum.Loaded++
+			sum.Rows += rows
+			if cfg.Reporter != nil {
+				cfg.Reporter.Chunk(c, rows)
+			}
+		}
+		return nil
+	}()
+	sum.Elapsed = time.Since(start)
+	if cfg.Reporter != nil {
+		cfg.Reporter.Finish(sum, err)
+	}
+	return sum, err
+}
+
+// loadChunk fetches, writes and records one chunk.
+func loadChunk(ctx context.Context, cfg Config, c Chunk, log *slog.Logger) (int, error) {
+	r := c.Request
+	where := fmt.Sprintf("%s %s..%s (%d environments)", r.Dataset,
+		r.Start.UTC().Format(time.RFC3339), r.End.UTC().Format(time.RFC3339), len(r.Environments))
+	rows, err := cfg.Fetcher.Fetch(ctx, r)
+	if err != nil {
+		return 0, fmt.Errorf("backfill: fetch %s: %w", where, err)
+	}
+	b := &schedule.Batch{Dataset: c.Dataset, Granularity: r.Granularity, Labels: r.Labels, Metrics: r.Metrics,
+		Updates: make([]schedule.Update, len(rows))}
+	for i := range rows {
+		b.Updates[i].Row = rows[i]
+	}
+	rows = nil
+	notify := backoff.WithNotify(func(err error, d time.Duration) {
+		log.Warn("backfill: write failed, retrying", "chunk", where, "err", err, "retry_in", d)
+	})
+	n, err := backoff.Retry(ctx, func() (int, error) { return cfg.Writer.Write(ctx, b) },
+		backoff.WithMaxTries(cfg.MaxTries), notify, backoff.WithMaxElapsedTime(5*time.Minute))
+	if err != nil {
+		return 0, fmt.Errorf("backfill: write %s: %w", where, err)
+	}
+	_, err = backoff.Retry(ctx, func() (struct{}, error) { return struct{}{}, cfg.Progress.MarkDone(ctx, c, n) },
+		backoff.WithMaxTries(cfg.MaxTries), notify, backoff.WithMaxElapsedTime(5*time.Minute))
+	if err != nil {
+		return 0, fmt.Errorf("backfill: record progress of %s: %w", where, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,349 @@
+package backfill_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/edgepipe/edgepipe/internal/backfill"
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/platform"
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+var now = time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+
+func testLogger() *slog.Logger {
+	if os.Getenv("EDGEPIPE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func newAPIClient(t testing.TB, base string) *metricsapi.Client {
+	t.Helper()
+	unlimited := platform.Limits{Read: platform.RateLimit{Requests: -1}, Write: platform.RateLimit{Requests: -1}}
+	pc, err := platform.New(platform.Config{
+		BaseURL: base, AuthURL: base,
+		ClientID: platformsim.DemoClientID, ClientSecret: platformsim.DemoClientSecret,
+		RateLimits: map[string]platform.Limits{platform.ServiceMetrics: unlimited},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return metricsapi.NewClient(pc.Metrics())
+}
+
+type fixture struct {
+	sim  *platformsim.Server
+	api  *metricsapi.Client
+	ch   *testenv.ClickHouseServer
+	db   string
+	sink *chsink.Sink
+	conn driver.Conn
+	dss  []metricsapi.Dataset
+	envs []string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{ch: testenv.ClickHouse(t)}
+	f.sim = platformsim.New(platformsim.Config{Seed: 11, Now: func() time.Time { return now }, Environments: 25})
+	base, err := f.sim.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.sim.Close() })
+	f.api = newAPIClient(t, base)
+	f.envs = f.sim.EnvironmentIDs()
+	if len(f.envs) != 25 {
+		t.Fatalf("simulator has %d environments, want 25", len(f.envs))
+	}
+	f.dss, err = f.api.Datasets(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.db = "bf_" + strings.ToLower(t.Name())
+	f.sink, err = chsink.NewSink(chsink.SinkConfig{DSN: f.ch.DSN(f.db), Logger: testLogger(), Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.sink.Close(context.Background()) })
+	f.conn = f.ch.Conn(t)
+	return f
+}
+
+func (f *fixture) config(t *testing.T, from, to time.Time) backfill.Config {
+	t.Helper()
+	db, err := f.sink.DB(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := backfill.NewClickHouseProgress(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return backfill.Config{
+		Datasets: f.dss, Environments: f.envs, Granularity: metricsapi.FiveMinutes,
+		From: from, To: to, Fetcher: f.api, Writer: f.sink, Progress: prog,
+		Logger: testLogger(), Now: func() time.Time { return now },
+	}
+}
+
+// aggregate is a dataset's row count and per-metric sums over a range.
+type aggregate struct {
+	rows uint64
+	sums []float64
+}
+
+// truthAggregate sums the simulator's rows request by request (so the 7
+// days never sit in memory at once).
+func (f *fixture) truthAggregate(t *testing.T, ds *metricsapi.Dataset, from, to time.Time) aggregate {
+	t.Helper()
+	a := aggregate{sums: make([]float64, len(ds.Metrics))}
+	for day := from; day.Before(to); day = day.Add(24 * time.Hour) {
+		end := day.Add(24 * time.Hour)
+		if end.After(to) {
+			end = to
+		}
+		res, err := f.api.Data(context.Background(), metricsapi.Query{
+			Dataset: ds.Name, Environments: f.envs, Granularity: metricsapi.FiveMinutes, Start: day, End: end,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res.Rows {
+			a.rows++
+			for i, m := range ds.Metrics {
+				j := slices.Index(res.Metrics, m.Name)
+				v := r.Values[j]
+				if metricsapi.Classify(m.Name).Kind == metricsapi.KindCount {
+					v = math.Round(max(v, 0))
+				}
+				if !math.IsNaN(v) {
+					a.sums[i] += v
+				}
+			}
+		}
+	}
+	return a
+}
+
+func (f *fixture) storedAggregate(t *testing.T, ds *metricsapi.Dataset, from, to time.Time) aggregate {
+	t.Helper()
+	sel := []string{"count()"}
+	for _, m := range ds.Metrics {
+		sel = append(sel, fmt.Sprintf("sum(if(isNaN(toFloat64(`%s`)), 0, toFloat64(`%s`)))", m.Name, m.Name))
+	}
+	q := fmt.Sprintf("SELECT %s FROM `%s`.`%s` FINAL WHERE granularity = 'FIVE_MINUTES' AND time >= toDateTime(%d) AND time < toDateTime(%d)",
+		strings.Join(sel, ", "), f.db, ds.Name, from.Unix(), to.Unix())
+	a := aggregate{sums: make([]float64, len(ds.Metrics))}
+	dest := []any{&a.rows}
+	for i := range a.sums {
+		dest = append(dest, &a.sums[i])
+	}
+	if err := f.conn.QueryRow(context.Background(), q).Scan(dest...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return a
+}
+
+// TestBackfillSevenDays loads 7 days of FIVE_MINUTES data of 25
+// environments, interrupted once (as by Ctrl-C) and resumed, and checks
+// the request limits at the simulator and the stored rows against it.
+func TestBackfillSevenDays(t *testing.T) {
+	f := newFixture(t)
+	// All six datasets are 5.9M rows and take about ten minutes on a small
+	// machine (the comparison refetches everything); by default the test
+	// loads two datasets, EDGEPIPE_BACKFILL_ALL=1 loads all six.
+	if os.Getenv("EDGEPIPE_BACKFILL_ALL") == "" {
+		f.dss = slices.DeleteFunc(f.dss, func(d metricsapi.Dataset) bool {
+			return d.Name != "edge_errors" && d.Name != "origin_offload"
+		})
+	}
+	from, to := now.Add(-7*24*time.Hour), now
+	cfg := f.config(t, from, to)
+	chunks, _, err := backfill.Plan(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// datasets × 7 days × ceil(25/20) environment batches.
+	if want := len(f.dss) * 7 * 2; len(chunks) != want {
+		t.Fatalf("planned %d chunks, want %d", len(chunks), want)
+	}
+
+	// First run: interrupted after 10 chunks.
+	ctx, cancel := context.WithCancel(context.Background())
+	stopAfter := &cancelAfter{n: 10, cancel: cancel}
+	cfg.Reporter = stopAfter
+	sum1, err := backfill.Run(ctx, cfg)
+	cancel()
+	if err == nil {
+		t.Fatal("interrupted run returned no error")
+	}
+	if sum1.Loaded != 10 {
+		t.Fatalf("interrupted run loaded %d chunks, want 10", sum1.Loaded)
+	}
+	requestsFirst := len(f.sim.Stats().Data)
+
+	// Second run resumes.
+	var out strings.Builder
+	cfg.Reporter = backfill.NewReporter(&out, false)
+	sum2, err := backfill.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum2.Skipped != 10 || sum2.Loaded != len(chunks)-10 {
+		t.Errorf("resumed run: skipped %d, loaded %d; want 10 and %d", sum2.Skipped, sum2.Loaded, len(chunks)-10)
+	}
+	if !strings.Contains(out.String(), "backfill done") {
+		t.Errorf("no final progress line:\n%s", out.String())
+	}
+	t.Logf("progress output:\n%s", out.String())
+
+	st := f.sim.Stats()
+	if got := len(st.Data); got != len(chunks) || requestsFirst != 10 {
+		t.Errorf("data requests: %d in all (%d in the first run), want %d (10)", got, requestsFirst, len(chunks))
+	}
+	maxEnvs, maxRange := 0, time.Duration(0)
+	for _, r := range st.Data {
+		if r.Status != 200 {
+			t.Errorf("request %s %s..%s answered %d", r.Dataset, r.Start, r.End, r.Status)
+		}
+		maxEnvs = max(maxEnvs, len(r.Environments))
+		maxRange = max(maxRange, r.End.Sub(r.Start))
+		if r.Granularity != metricsapi.FiveMinutes {
+			t.Errorf("request with granularity %s", r.Granularity)
+		}
+	}
+	if maxEnvs > 20 || maxRange > 24*time.Hour {
+		t.Errorf("limits broken: up to %d environments and %s per request", maxEnvs, maxRange)
+	}
+	t.Logf("%d requests, at most %d environments and %s each; %d rows in %s", len(st.Data), maxEnvs, maxRange,
+		sum1.Rows+sum2.Rows, sum1.Elapsed+sum2.Elapsed)
+
+	for i := range f.dss {
+		ds := &f.dss[i]
+		want := f.truthAggregate(t, ds, from, to)
+		got := f.storedAggregate(t, ds, from, to)
+		if want.rows == 0 {
+			t.Errorf("%s: simulator has no rows", ds.Name)
+		}
+		if got.rows != want.rows {
+			t.Errorf("%s: %d rows stored, simulator has %d", ds.Name, got.rows, want.rows)
+		}
+		for j := range want.sums {
+			if d := math.Abs(got.sums[j] - want.sums[j]); d > 1e-9*math.Max(1, math.Abs(want.sums[j])) {
+				t.Errorf("%s: sum of %s = %v, simulator %v", ds.Name, ds.Metrics[j].Name, got.sums[j], want.sums[j])
+			}
+		}
+	}
+	// Every value of the last day of one dataset, row by row.
+	for i := range f.dss {
+		if f.dss[i].Name == "origin_offload" {
+			f.compareRows(t, &f.dss[i], now.Add(-24*time.Hour), now)
+		}
+	}
+}
+
+// compareRows checks every stored row of ds in [from, to) against the
+// simulator's, value by value.
+func (f *fixture) compareRows(t *testing.T, ds *metricsapi.Dataset, from, to time.Time) {
+	t.Helper()
+	res, err := f.api.Data(context.Background(), metricsapi.Query{
+		Dataset: ds.Name, Environments: f.envs, Granularity: metricsapi.FiveMinutes, Start: from, End: to,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make(map[string][]float64, len(res.Rows))
+	for _, r := range res.Rows {
+		var labels []string
+		for _, l := range ds.Labels() {
+			labels = append(labels, r.Labels[slices.Index(res.Labels, l.Name)])
+		}
+		vals := make([]float64, len(ds.Metrics))
+		for i, m := range ds.Metrics {
+			v := r.Values[slices.Index(res.Metrics, m.Name)]
+			if metricsapi.Classify(m.Name).Kind == metricsapi.KindCount {
+				v = math.Round(max(v, 0))
+			}
+			vals[i] = v
+		}
+		want[r.Environment+"|"+strings.Join(labels, "|")+"|"+r.Time.UTC().Format(time.RFC3339)] = vals
+	}
+	cols := []string{"environment_id"}
+	for _, l := range ds.Labels() {
+		cols = append(cols, "toString(`"+l.Name+"`)")
+	}
+	cols = append(cols, "time")
+	for _, m := range ds.Metrics {
+		cols = append(cols, "toFloat64(`"+m.Name+"`)")
+	}
+	rows, err := f.conn.Query(context.Background(), fmt.Sprintf(
+		"SELECT %s FROM `%s`.`%s` FINAL WHERE granularity = 'FIVE_MINUTES' AND time >= toDateTime(%d) AND time < toDateTime(%d)",
+		strings.Join(cols, ", "), f.db, ds.Name, from.Unix(), to.Unix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got, bad := 0, 0
+	for rows.Next() {
+		var env string
+		var at time.Time
+		labels := make([]string, len(ds.Labels()))
+		vals := make([]float64, len(ds.Metrics))
+		dest := []any{&env}
+		for i := range labels {
+			dest = append(dest, &labels[i])
+		}
+		dest = append(dest, &at)
+		for i := range vals {
+			dest = append(dest, &vals[i])
+		}
+		if err := rows.Scan(dest...); err != nil {
+			t.Fatal(err)
+		}
+		got++
+		k := env + "|" + strings.Join(labels, "|") + "|" + at.UTC().Format(time.RFC3339)
+		w, ok := want[k]
+		if !ok || !slices.Equal(w, vals) {
+			if bad++; bad <= 5 {
+				t.Errorf("%s %s: stored %v, simulator %v (present %v)", ds.Name, k, vals, w, ok)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got != len(want) {
+		t.Errorf("%s: %d rows stored in the last day, simulator has %d", ds.Name, got, len(want))
+	}
+	t.Logf("%s: %d rows of the last day equal value by value", ds.Name, got)
+}
+
+// cancelAfter is a Reporter that cancels the run after n chunks, as Ctrl-C
+// would.
+type cancelAfter struct {
+	n, seen int
+	cancel  context.CancelFunc
+}
+
+func (c *cancelAfter) Start(int, int) {}
+func (c *cancelAfter) Chunk(backfill.Chunk, int) {
+	if c.seen++; c.seen == c.n {
+		c.cancel()
+	}
+}
+func (c *cancelAfter) Finish(backfill.Summary, error) {}

@@ -1,0 +1,79 @@
+package backfill
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+)
+
+// ProgressTable is the ClickHouse table that records loaded chunks.
+const ProgressTable = "_edgepipe_backfill_progress"
+
+// ClickHouseProgress records loaded chunks in a small table next to the data
+// (ProgressTable in the DSN's database). Keeping it in ClickHouse rather
+// than a local file means progress lives and dies with the data it
+// describes: a backfill resumed from another machine or container (the
+// usual case for a Kubernetes Job) sees it, and pointing the exporter at a
+// fresh database starts from scratch. A chunk is recorded only after its
+// rows are written, so a crash in between re-fetches the chunk, which is
+// harmless: the metrics tables are ReplacingMergeTrees.
+type ClickHouseProgress struct {
+	db *clickhouse.DB
+}
+
+// NewClickHouseProgress creates the progress table if needed.
+func NewClickHouseProgress(ctx context.Context, db *clickhouse.DB) (*ClickHouseProgress, error) {
+	ddl := "CREATE TABLE IF NOT EXISTS " + db.Table(ProgressTable) + ` (
+    chunk String,
+    dataset String,
+    granularity String,
+    start DateTime('UTC'),
+    end DateTime('UTC'),
+    environments UInt32,
+    rows UInt64,
+    done_at DateTime('UTC')
+) ENGINE = ReplacingMergeTree(done_at) ORDER BY chunk`
+	if err := db.Exec(ctx, ddl); err != nil {
+		return nil, fmt.Errorf("create backfill progress table: %w", err)
+	}
+	return &ClickHouseProgress{db: db}, nil
+}
+
+// Completed returns the IDs of every chunk recorded as done.
+func (p *ClickHouseProgress) Completed(ctx context.Context) (map[string]bool, error) {
+	rows, err := p.db.Conn().Query(ctx, "SELECT DISTINCT chunk FROM "+p.db.Table(ProgressTable))
+	if err != nil {
+		return nil, fmt.Errorf("read backfill progress: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string]bool)
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("read backfill progress: %w", err)
+		}
+		out[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read backfill progress: %w", err)
+	}
+	return out, nil
+}
+
+// MarkDone records chunk c as loaded with rows rows.
+func (p *ClickHouseProgress) MarkDone(ctx context.Context, c Chunk, rows int) error {
+	r := c.Request
+	return p.db.Insert(ctx, ProgressTable,
+		[]string{"chunk", "dataset", "granularity", "start", "end", "environments", "rows", "done_at"},
+		[][]any{{c.ID, r.Dataset, string(r.Granularity), r.Start.UTC(), r.End.UTC(),
+			uint32(len(r.Environments)), uint64(rows), time.Now().UTC()}})
+}
+
+// Fresh wraps a Progress so that earlier runs are ignored (every chunk is
+// loaded again) while this run still records what it loads.
+type Fresh struct{ Progress }
+
+// Completed reports nothing as done.
+func (Fresh) Completed(context.Context) (map[string]bool, error) { return map[string]bool{}, nil }
