@@ -109,6 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Scopes: []string{platformsim.ScopeMetrics, platformsim.ScopeAccounts, platformsim.ScopeRTLD},
 	}}
 
+	cfg.Logger = log
 	srv := platformsim.New(cfg)
 	base, err := srv.Start(*listen)
 	if err != nil {

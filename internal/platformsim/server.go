@@ -39,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -126,6 +127,9 @@ type Config struct {
 	Faults Faults
 	// Numbers selects how numeric values are rendered in data rows.
 	Numbers NumberStyle
+	// Logger, when set, logs every request at debug level (method, route,
+	// status, duration) and rejected data requests at info level.
+	Logger *slog.Logger
 	// Delivery configures the RTLD log delivery engine (rtld.go).
 	Delivery DeliveryConfig
 }

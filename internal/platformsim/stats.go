@@ -16,7 +16,7 @@ type Stats struct {
 	// paths count under "METHOD <unmatched>") and status code.
 	Requests map[string]map[int]int
 	// Data lists every data request that reached validation, in arrival
-	// order (rejected ones too, with Status 400).
+	// order (rejected ones too, with Status 400); the newest 50,000 at most.
 	Data []DataRequest
 }
 
@@ -121,6 +121,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 func (s *Server) record(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
+		began := time.Now()
 		next.ServeHTTP(sw, r)
 		pattern := "<unmatched>"
 		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
@@ -141,11 +142,25 @@ func (s *Server) record(next http.Handler) http.Handler {
 		}
 		m[sw.status]++
 		s.mu.Unlock()
+		if s.cfg.Logger != nil {
+			s.cfg.Logger.Debug("request", "method", r.Method, "route", pattern, "path", r.URL.Path,
+				"status", sw.status, "duration", time.Since(began))
+		}
 	})
 }
 
+// maxDataRecords bounds Stats.Data so a long-running simulator does not grow
+// without limit; the oldest records are dropped first.
+const maxDataRecords = 50000
+
 func (s *Server) recordData(d DataRequest) {
 	s.mu.Lock()
+	if len(s.stats.data) >= maxDataRecords {
+		s.stats.data = append(s.stats.data[:0], s.stats.data[maxDataRecords/2:]...)
+	}
 	s.stats.data = append(s.stats.data, d)
 	s.mu.Unlock()
+	if d.Status != http.StatusOK && s.cfg.Logger != nil {
+		s.cfg.Logger.Info("data request rejected", "dataset", d.Dataset, "status", d.Status)
+	}
 }
