@@ -19,6 +19,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"go/build"
 	"net"
 	"os"
 	"os/exec"
@@ -35,9 +36,10 @@ import (
 func inCI() bool { return os.Getenv("CI") == "true" }
 
 // Binary returns the absolute path of the executable name, looked up on PATH
-// and then in /usr/bin, /usr/sbin, /usr/local/bin and /usr/local/sbin (sbin
-// is often missing from a non-root PATH). When it is not found the test is
-// skipped, or fails when CI=true.
+// and then in /usr/bin, /usr/sbin, /usr/local/bin, /usr/local/sbin (sbin is
+// often missing from a non-root PATH) and $GOPATH/bin (where `make deps`
+// installs helm). When it is not found the test is skipped, or fails when
+// CI=true.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
 	path, err := lookBinary(name)
@@ -51,7 +53,11 @@ func lookBinary(name string) (string, error) {
 	if p, err := exec.LookPath(name); err == nil {
 		return filepath.Abs(p)
 	}
-	for _, dir := range []string{"/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"} {
+	dirs := []string{"/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"}
+	for _, gopath := range filepath.SplitList(build.Default.GOPATH) {
+		dirs = append(dirs, filepath.Join(gopath, "bin"))
+	}
+	for _, dir := range dirs {
 		p := filepath.Join(dir, name)
 		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
 			return p, nil

@@ -2,7 +2,10 @@ package testenv
 
 import (
 	"fmt"
+	"go/build"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -44,6 +47,24 @@ func TestBinaryMissing(t *testing.T) {
 func TestBinaryFound(t *testing.T) {
 	if p := Binary(t, "sh"); !strings.HasPrefix(p, "/") {
 		t.Fatalf("Binary(sh) = %q, want an absolute path", p)
+	}
+}
+
+func TestBinaryInGOPATHBin(t *testing.T) {
+	gopath := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(gopath, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tool := filepath.Join(gopath, "bin", "edgepipe-gopath-tool")
+	if err := os.WriteFile(tool, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	saved := build.Default.GOPATH
+	build.Default.GOPATH = gopath
+	defer func() { build.Default.GOPATH = saved }()
+	t.Setenv("PATH", "/nonexistent")
+	if got := Binary(t, "edgepipe-gopath-tool"); got != tool {
+		t.Fatalf("Binary = %q, want %q", got, tool)
 	}
 }
 
