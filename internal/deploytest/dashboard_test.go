@@ -183,9 +183,10 @@ func testValues() Values {
 			"environment_id": {"env-a", "env-b"},
 			"country_code":   {"us"},
 			"origin_name":    {"origin-1"},
-			"job":            {"edgepipe"},
+			"exporter_job":   {"edgepipe-exporter"},
+			"receiver_job":   {"edgepipe-receiver"},
 		},
-		All: map[string]bool{"job": true},
+		All: map[string]bool{"exporter_job": true},
 	}
 }
 

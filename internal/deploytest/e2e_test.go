@@ -29,7 +29,7 @@ import (
 // from this tree) scraped by a real Prometheus, the receiver writing into a
 // real ClickHouse. Variables are resolved the way Grafana resolves them, by
 // running the variables' own queries; every target then runs twice, with
-// every variable on "All" and with each variable on its first value, and
+// every variable on "All" and with each variable on its busiest value, and
 // must succeed and return data.
 func TestDashboardsEndToEnd(t *testing.T) {
 	if testing.Short() {
@@ -46,6 +46,7 @@ func TestDashboardsEndToEnd(t *testing.T) {
 		// Poll often: the simulator's counts grow between polls (late
 		// data), so counters move and rates are non-zero within seconds.
 		"--poll-interval=2s",
+		"--poll.jitter=0s",
 	)
 	startProgram(t, bins["rtld-receiver"],
 		"--simulate",
@@ -71,6 +72,7 @@ func TestDashboardsEndToEnd(t *testing.T) {
 
 	// Data flowing: exporter series, receiver records in ClickHouse, and a
 	// few scrapes after both so rates have two samples.
+	started := time.Now()
 	waitFor(t, 3*time.Minute, func(ctx context.Context) error {
 		for _, q := range []string{
 			`count(cdn_edge_usage_by_country_requests_edge_total) > 0`,
@@ -91,6 +93,7 @@ func TestDashboardsEndToEnd(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("pipeline data in Prometheus and ClickHouse after %s", time.Since(started).Round(time.Second))
 	time.Sleep(10 * testenv.PrometheusScrapeInterval)
 
 	ds := loadDashboards(t)
@@ -107,7 +110,7 @@ func TestDashboardsEndToEnd(t *testing.T) {
 	}
 	for _, d := range ds {
 		t.Run(d.File, func(t *testing.T) {
-			all, first := resolveVariables(t, d, base, prom, conn)
+			all, one := resolveVariables(t, d, base, prom, conn)
 			qs, err := d.Queries()
 			if err != nil {
 				t.Fatal(err)
@@ -116,7 +119,11 @@ func TestDashboardsEndToEnd(t *testing.T) {
 				if q.Variable {
 					continue // ran while resolving
 				}
-				for _, v := range []Values{all, first} {
+				for _, sel := range []struct {
+					name string
+					v    Values
+				}{{"all", all}, {"one value", one}} {
+					v := sel.v
 					text, err := Expand(d, q, v)
 					if err != nil {
 						t.Errorf("%s: %v", q.Where, err)
@@ -131,9 +138,9 @@ func TestDashboardsEndToEnd(t *testing.T) {
 					}
 					switch {
 					case err != nil:
-						t.Errorf("%s: %v\n%s", q.Where, err, text)
+						t.Errorf("%s (%s): %v\n%s", q.Where, sel.name, err, text)
 					case n == 0:
-						t.Errorf("%s: no data\n%s", q.Where, text)
+						t.Errorf("%s (%s): no data\n%s", q.Where, sel.name, text)
 					}
 				}
 			}
@@ -141,14 +148,16 @@ func TestDashboardsEndToEnd(t *testing.T) {
 	}
 }
 
-// resolveVariables runs the dashboard's query variables in order (a
-// variable may use the ones before it) and returns the values with every
-// variable on All, and with every variable on its first value.
-func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.PrometheusServer, conn driver.Conn) (all, first Values) {
+// resolveVariables runs the dashboard's query variables in order, the way
+// Grafana does: a variable's query sees the values chosen for the variables
+// before it. It returns two selections: every variable on All, and every
+// variable on one value (the busiest one: the largest sum of the variable's
+// metric, so the selection shows traffic).
+func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.PrometheusServer, conn driver.Conn) (all, one Values) {
 	t.Helper()
-	all, first = base, base
+	all, one = base, base
 	all.Vars, all.All = map[string][]string{}, map[string]bool{}
-	first.Vars, first.All = map[string][]string{}, map[string]bool{}
+	one.Vars, one.All = map[string][]string{}, map[string]bool{}
 	qs, err := d.Queries()
 	if err != nil {
 		t.Fatal(err)
@@ -158,28 +167,58 @@ func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.Prom
 			continue
 		}
 		name := strings.TrimPrefix(q.Where, "variable ")
-		text, err := Expand(d, q, all)
-		if err != nil {
-			t.Fatalf("%s: %v", q.Where, err)
+		for _, sel := range []struct {
+			v   *Values
+			all bool
+		}{{&all, true}, {&one, false}} {
+			text, err := Expand(d, q, *sel.v)
+			if err != nil {
+				t.Fatalf("%s: %v", q.Where, err)
+			}
+			var vals []string
+			switch {
+			case q.Language == ClickHouseSQL:
+				vals, err = sqlFirstColumn(conn, text)
+			case sel.all:
+				vals, err = promLabelValues(prom, PromQLOfVariable(text))
+			default:
+				vals, err = promBusiestValue(prom, PromQLOfVariable(text))
+			}
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", q.Where, err, text)
+			}
+			if len(vals) == 0 {
+				t.Fatalf("%s: no values\n%s", q.Where, text)
+			}
+			if !sel.all {
+				vals = vals[:1]
+			}
+			sel.v.Vars[name], sel.v.All[name] = vals, sel.all
 		}
-		var vals []string
-		switch q.Language {
-		case PromQL:
-			vals, err = promLabelValues(prom, PromQLOfVariable(text))
-		case ClickHouseSQL:
-			vals, err = sqlFirstColumn(conn, text)
-		}
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", q.Where, err, text)
-		}
-		if len(vals) == 0 {
-			t.Fatalf("%s: no values\n%s", q.Where, text)
-		}
-		t.Logf("$%s: %d values (%s…)", name, len(vals), vals[0])
-		all.Vars[name], all.All[name] = vals, true
-		first.Vars[name] = vals[:1]
+		t.Logf("$%s: %d values; single selection %s", name, len(all.Vars[name]), one.Vars[name][0])
 	}
-	return all, first
+	return all, one
+}
+
+// promBusiestValue turns "count by (label) (selector)" into the label value
+// with the largest sum of the selector's series.
+func promBusiestValue(prom *testenv.PrometheusServer, q string) ([]string, error) {
+	m := byLabel.FindStringSubmatch(q)
+	if m == nil {
+		return nil, fmt.Errorf("cannot tell the label of %q", q)
+	}
+	inner := strings.TrimSpace(strings.TrimPrefix(q, m[0]))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := prom.Query(ctx, fmt.Sprintf("sort_desc(sum by (%s) %s)", m[1], inner))
+	if err != nil {
+		return nil, err
+	}
+	vec, ok := v.(model.Vector)
+	if !ok || len(vec) == 0 {
+		return nil, fmt.Errorf("no series for %s", q)
+	}
+	return []string{string(vec[0].Metric[model.LabelName(m[1])])}, nil
 }
 
 // promLabelValues runs a "count by (label) (…)" query and returns the label's
@@ -273,9 +312,24 @@ func runPromQL(api promv1.API, expr string, instant bool, v Values) (int, error)
 }
 
 // buildCommands builds ./cmd/<name> into a temporary directory, the way
-// `make build` does (static, trimmed).
+// `make build` does (static, trimmed). With EDGEPIPE_TEST_BIN_DIR set (e.g.
+// to the bin/ of `make build`) it uses the binaries found there instead.
 func buildCommands(t *testing.T, names ...string) map[string]string {
 	t.Helper()
+	if dir := os.Getenv("EDGEPIPE_TEST_BIN_DIR"); dir != "" {
+		out := map[string]string{}
+		for _, name := range names {
+			p, err := filepath.Abs(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(p); err != nil {
+				t.Fatalf("EDGEPIPE_TEST_BIN_DIR: %v", err)
+			}
+			out[name] = p
+		}
+		return out
+	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)

@@ -146,14 +146,14 @@ func promDuration(d time.Duration) string {
 func variableValue(d Dashboard, q Query, name, format string, v Values) (string, error) {
 	def, ok := d.Variable(name)
 	if !ok {
-		return "", fmt.Errorf("%s %s: unknown variable $%s", q.Dashboard, q.Where, name)
+		return "", fmt.Errorf("unknown variable $%s", name)
 	}
 	if def.Type == "datasource" {
-		return "", fmt.Errorf("%s %s: datasource variable $%s used inside a query", q.Dashboard, q.Where, name)
+		return "", fmt.Errorf("datasource variable $%s used inside a query", name)
 	}
 	vals, ok := v.Vars[name]
 	if !ok {
-		return "", fmt.Errorf("%s %s: no value given for $%s", q.Dashboard, q.Where, name)
+		return "", fmt.Errorf("no value given for $%s", name)
 	}
 	all := v.All[name]
 	multi := def.Multi || def.IncludeAll
@@ -177,7 +177,7 @@ func variableValue(d Dashboard, q Query, name, format string, v Values) (string,
 		return quoteEach(vals, "'"), nil
 	case "":
 	default:
-		return "", fmt.Errorf("%s %s: unsupported format ${%s:%s}", q.Dashboard, q.Where, name, format)
+		return "", fmt.Errorf("unsupported format ${%s:%s}", name, format)
 	}
 	switch q.Language {
 	case PromQL:
@@ -185,17 +185,17 @@ func variableValue(d Dashboard, q Query, name, format string, v Values) (string,
 			return regexAlternation(vals), nil
 		}
 		if len(vals) != 1 {
-			return "", fmt.Errorf("%s %s: single-value $%s has %d values", q.Dashboard, q.Where, name, len(vals))
+			return "", fmt.Errorf("single-value $%s has %d values", name, len(vals))
 		}
 		return strings.ReplaceAll(vals[0], `\`, `\\`), nil
 	default:
 		// SQL has no regex matcher: a multi-value variable needs an explicit
 		// format (${var:singlequote}) or its values run together.
 		if multi {
-			return "", fmt.Errorf("%s %s: multi-value $%s in SQL needs a format such as ${%s:singlequote}", q.Dashboard, q.Where, name, name)
+			return "", fmt.Errorf("multi-value $%s in SQL needs a format such as ${%s:singlequote}", name, name)
 		}
 		if len(vals) != 1 {
-			return "", fmt.Errorf("%s %s: single-value $%s has %d values", q.Dashboard, q.Where, name, len(vals))
+			return "", fmt.Errorf("single-value $%s has %d values", name, len(vals))
 		}
 		return vals[0], nil
 	}
