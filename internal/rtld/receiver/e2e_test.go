@@ -77,7 +77,9 @@ func TestEndToEndExactlyOnceThroughCrashesAndOutages(t *testing.T) {
 	}()
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cert.pool}}, Timeout: 30 * time.Second}
 	metrics := base + "/metrics"
-	accepted := func() float64 { return scrape(client, metrics, `edgepipe_rtld_records_received_total{status="accepted"}`) }
+	accepted := func() float64 {
+		return scrape(client, metrics, `edgepipe_rtld_records_received_total{status="accepted"}`)
+	}
 
 	var profile int64
 	waitFor(t, "the receiver to register its profile", 30*time.Second, func() bool {

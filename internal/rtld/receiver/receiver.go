@@ -52,6 +52,9 @@ type Config struct {
 	// GapGrace is how long a missing seq_num may stay missing before it
 	// counts as a gap (default 10m: the platform retries at intervals).
 	GapGrace time.Duration
+	// GapSaveInterval is how often the gap tracker saves its state and lets
+	// the spool delete what it covers (default 5s).
+	GapSaveInterval time.Duration
 	// Registry receives the metrics (default: a new registry with the Go
 	// and process collectors).
 	Registry *prometheus.Registry
@@ -83,6 +86,9 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	if cfg.GapGrace <= 0 {
 		cfg.GapGrace = 10 * time.Minute
+	}
+	if cfg.GapSaveInterval <= 0 {
+		cfg.GapSaveInterval = 5 * time.Second
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -223,7 +229,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 		cancel()
 		return err
 	}
-	start("gap tracker", func(ctx context.Context) error { return r.gaps.Run(ctx, gapReader, 5*time.Second) })
+	start("gap tracker", func(ctx context.Context) error { return r.gaps.Run(ctx, gapReader, r.cfg.GapSaveInterval) })
 	if r.registrar != nil {
 		start("profile registrar", r.registrar.Run)
 	}

@@ -119,6 +119,9 @@ type Spool struct {
 	notify   chan struct{}
 	readers  map[string]*Reader
 	closed   bool
+	// rejecting is set when an Append was refused for space and cleared
+	// when segments are deleted, so Full reports what Append would do.
+	rejecting bool
 
 	active *os.File // the last segment, open for appending (writer goroutine only)
 
@@ -322,6 +325,7 @@ func (s *Spool) Append(ctx context.Context, data []byte) error {
 		return ErrClosed
 	}
 	if s.opts.MaxBytes > 0 && s.total+s.reserved+size > s.opts.MaxBytes && s.total+s.reserved > 0 {
+		s.rejecting = true
 		s.mu.Unlock()
 		return ErrFull
 	}
@@ -348,11 +352,12 @@ func (s *Spool) unreserve(n int64) {
 	s.mu.Unlock()
 }
 
-// Full reports whether the spool is at its size bound.
+// Full reports whether the spool is at its size bound: it holds MaxBytes,
+// or an Append was refused for space and no segment was deleted since.
 func (s *Spool) Full() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.opts.MaxBytes > 0 && s.total+s.reserved >= s.opts.MaxBytes
+	return s.opts.MaxBytes > 0 && (s.rejecting || s.total+s.reserved >= s.opts.MaxBytes)
 }
 
 // writer owns the active segment: it gathers queued Appends, writes them,
@@ -665,6 +670,9 @@ func (s *Spool) deleteDelivered() {
 		kept = append(kept, seg)
 	}
 	s.segments = kept
+	if len(gone) > 0 {
+		s.rejecting = false
+	}
 	s.mu.Unlock()
 	for _, seg := range gone {
 		if err := os.Remove(seg.path); err != nil && !errors.Is(err, os.ErrNotExist) {
