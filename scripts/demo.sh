@@ -98,9 +98,10 @@ if [ -x "$BIN/rtld-receiver" ]; then
 		envs=$("$GO" run ./scripts/demoenvs -url "$SIM_URL" -org "$ORG_ID" -max 3)
 	fi
 	if [ -n "$envs" ]; then
-		if start rtld-receiver \
+		# Comma-separated lists go through the environment (DESIGN.md);
+		# the flag is repeatable instead.
+		if EDGEPIPE_ENVIRONMENT_ID="$envs" start rtld-receiver \
 			--api.url="$SIM_URL" --auth.url="$SIM_URL" \
-			--environment-id="$envs" \
 			--public-url="http://$RECEIVER_ADDR" \
 			--spool.dir="$DEMO_DIR/spool" \
 			--web.listen-address="$RECEIVER_ADDR"; then

@@ -7,6 +7,7 @@ import (
 
 func TestPrint(t *testing.T) {
 	got := Print("exporter")
+	t.Log(got)
 	if !strings.HasPrefix(got, "exporter ") || !strings.Contains(got, Get().GoVersion) {
 		t.Fatalf("Print: %q", got)
 	}
