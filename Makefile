@@ -17,7 +17,7 @@ TEST_TIMEOUT ?= 25m
 TEST_P       ?= 2
 FUZZTIME     ?= 10s
 BENCH        ?= .
-BENCHTIME    ?= 1x
+BENCHTIME    ?= 1s
 
 .PHONY: all build demo test deps bench fuzz lint fmt vet helm-lint clean help
 
