@@ -51,6 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		retryAfter    = app.Flag("fault.retry-after", "Retry-After of injected 429 responses.").Default("1s").Duration()
 		rate5xx       = app.Flag("fault.rate-5xx", "Share of API requests answered 500 or 503 (0..1).").Default("0").Float64()
 		latency       = app.Flag("fault.latency", "Delay added to every API response.").Default("0s").Duration()
+		rateLimits    = app.Flag("api.rate-limits", "Enforce the per-client rate limits of the spec (accounts: 2,000 GET per 5 minutes); --no-api.rate-limits disables.").Default("true").Bool()
 		recordsPerSec = app.Flag("delivery.records-per-second", "Access-log records generated per second for each enabled RTLD profile.").Default("5").Float64()
 		batchSize     = app.Flag("delivery.batch-size", "Most records in one delivered log batch.").Default("500").Int()
 		flushInterval = app.Flag("delivery.flush-interval", "How long records wait for a full batch before a partial one is sent.").Default("1s").Duration()
@@ -81,6 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Properties:    *properties,
 		Environments:  *environments,
 		Faults:        platformsim.Faults{Rate429: *rate429, RetryAfter: *retryAfter, Rate5xx: *rate5xx, Latency: *latency},
+		RateLimits:    *rateLimits,
 		Delivery: platformsim.DeliveryConfig{
 			RecordsPerSecond:      *recordsPerSec,
 			BatchSize:             *batchSize,

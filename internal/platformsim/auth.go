@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"mime"
 	"net/http"
@@ -138,7 +139,11 @@ func (s *Server) RevokeTokens() {
 func (s *Server) requireScope(scope string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !s.authorize(w, r, scope) {
+			tok, ok := s.authorize(w, r, scope)
+			if !ok {
+				return
+			}
+			if s.cfg.RateLimits && s.rateLimited(w, r, tok.clientID) {
 				return
 			}
 			if s.injectFault(w, r) {
@@ -149,11 +154,11 @@ func (s *Server) requireScope(scope string) func(http.Handler) http.Handler {
 	}
 }
 
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, scope string) bool {
-	unauth := func(code, desc string) bool {
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, scope string) (token, bool) {
+	unauth := func(code, desc string) (token, bool) {
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
 		writeError(w, http.StatusUnauthorized, code, "Unauthorized", desc, detail("Authorization", desc))
-		return false
+		return token{}, false
 	}
 	h := r.Header.Get("Authorization")
 	if h == "" {
@@ -176,6 +181,84 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, scope string)
 	if !covered(t.scopes, scope) {
 		return unauth("insufficient_scope", "The access token's scope does not include "+scope+".")
 	}
+	return t, true
+}
+
+// rateLimit is one row of spec section 8.
+type rateLimit struct {
+	n      int
+	window time.Duration
+}
+
+// rateLimits returns the limits of a request's service and method class.
+func rateLimits(r *http.Request) (class string, limits []rateLimit) {
+	seg, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	read := r.Method == http.MethodGet || r.Method == http.MethodHead
+	switch seg {
+	case "cache":
+		return seg, []rateLimit{{2000, 5 * time.Minute}}
+	case "accounts", "config":
+		if read {
+			return seg + " GET", []rateLimit{{2000, 5 * time.Minute}}
+		}
+		return seg + " write", []rateLimit{{600, 5 * time.Minute}}
+	case "waf", "bot-security", "api-security":
+		return seg, []rateLimit{{300, time.Hour}, {1000, 24 * time.Hour}}
+	}
+	return "", nil
+}
+
+// rateLimited counts the request against its client's window and answers
+// 429 with Retry-After when a limit is exceeded.
+func (s *Server) rateLimited(w http.ResponseWriter, r *http.Request, clientID string) bool {
+	class, limits := rateLimits(r)
+	if len(limits) == 0 {
+		return false
+	}
+	now := s.now()
+	key := clientID + "\x00" + class
+	longest := limits[len(limits)-1].window
+	s.mu.Lock()
+	if s.windows == nil {
+		s.windows = map[string][]time.Time{}
+	}
+	times := s.windows[key]
+	drop := 0
+	for drop < len(times) && !times[drop].After(now.Add(-longest)) {
+		drop++
+	}
+	times = times[drop:]
+	var wait time.Duration
+	for _, l := range limits {
+		inWindow := 0
+		first := -1
+		for i, t := range times {
+			if t.After(now.Add(-l.window)) {
+				if first < 0 {
+					first = i
+				}
+				inWindow++
+			}
+		}
+		if inWindow >= l.n {
+			// Free once the oldest request that keeps the count at n leaves.
+			oldest := times[first+inWindow-l.n]
+			if d := oldest.Add(l.window).Sub(now); d > wait {
+				wait = d
+			}
+		}
+	}
+	if wait == 0 {
+		times = append(times, now)
+	}
+	s.windows[key] = times
+	s.mu.Unlock()
+	if wait == 0 {
+		return false
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+	writeError(w, http.StatusTooManyRequests, "rate_limited", "Too Many Requests",
+		fmt.Sprintf("Rate limit of the %s service exceeded; retry after the Retry-After delay.", class))
 	return true
 }
 

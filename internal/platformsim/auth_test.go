@@ -158,3 +158,32 @@ func TestAPIAuthorization(t *testing.T) {
 		checkError(t, do(t, http.MethodGet, datasets, "Bearer "+tok, "", ""), 401, "Authorization")
 	})
 }
+
+func TestRateLimits(t *testing.T) {
+	clk := newClock(testNow)
+	_, base := startSim(t, platformsim.Config{Seed: 1, Now: clk.Now, RateLimits: true, TokenLifetime: time.Hour})
+	tok := token(t, base, "app.accounts app.metrics")
+	org := base + "/accounts/v0.1/organizations/" + platformsim.DemoOrganizationID
+	for i := 0; i < 2000; i++ {
+		if r := do(t, http.MethodGet, org, "Bearer "+tok, "", ""); r.status != 200 {
+			t.Fatalf("request %d: %d", i, r.status)
+		}
+		if i%500 == 499 {
+			clk.Advance(time.Minute) // 2,000 requests within 4 minutes
+		}
+	}
+	r := do(t, http.MethodGet, org, "Bearer "+tok, "", "")
+	checkError(t, r, 429, "")
+	// The first 500 requests leave the window 5 minutes after they were made.
+	if got := r.header.Get("Retry-After"); got != "60" {
+		t.Fatalf("Retry-After %q, want 60", got)
+	}
+	// Metrics have no documented limit.
+	if r := do(t, http.MethodGet, base+"/metrics/v1/datasets", "Bearer "+tok, "", ""); r.status != 200 {
+		t.Fatalf("metrics limited: %d", r.status)
+	}
+	clk.Advance(60 * time.Second)
+	if r := do(t, http.MethodGet, org, "Bearer "+tok, "", ""); r.status != 200 {
+		t.Fatalf("after Retry-After: %d", r.status)
+	}
+}

@@ -127,6 +127,11 @@ type Config struct {
 	Faults Faults
 	// Numbers selects how numeric values are rendered in data rows.
 	Numbers NumberStyle
+	// RateLimits enforces the per-client rate limits of spec section 8
+	// (accounts: 2,000 GET and 600 other requests per 5 minutes, on the
+	// simulated clock); exceeding one answers 429 with Retry-After. The
+	// metrics and RTLD services have no documented limit and get none.
+	RateLimits bool
 	// Logger, when set, logs every request at debug level (method, route,
 	// status, duration) and rejected data requests at info level.
 	Logger *slog.Logger
@@ -155,6 +160,7 @@ type Server struct {
 	failNext []int // statuses the next API requests answer
 	rng      *rand.Rand
 	tokens   map[string]token
+	windows  map[string][]time.Time // rate-limit windows by client and class
 	stats    statsState
 	httpSrv  *http.Server
 	url      string
