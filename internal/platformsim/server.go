@@ -13,6 +13,21 @@
 // or mount srv.Handler() in an httptest.Server (then call srv.Close when done
 // to stop background work).
 //
+// For tests: Config.Now drives a simulated clock (token expiry, late data,
+// which buckets exist); SetFaults, FailNext and RevokeTokens inject failures;
+// Stats reports requests by route and status and every data request; Rows is
+// the ground truth of the data endpoint; Environments, Properties and
+// Organization describe the world.
+//
+// Data semantics the spec leaves open (see model.go and metrics.go):
+// buckets are those whose start lies in [start, end) and has already come;
+// without time_granularity the coarsest granularity whose longest range holds
+// the range and whose bucket fits in it is used; dimensions left out are
+// aggregated (counts summed, ratios and rates recomputed from the sums,
+// percentiles averaged weighted by traffic); buckets older than the dataset's
+// retention are left out; the newest buckets grow for Config.LateData after
+// their end.
+//
 // # Notes for the RTLD part (files rtld*.go and delivery*.go)
 //
 // Everything below is unexported and meant for code in this package:
@@ -20,7 +35,8 @@
 //   - routeRTLD(r chi.Router) in rtld.go is called once from New while the
 //     router is built; r is the root router, so register full paths
 //     ("/rtld/v1/..."). Wrap handlers with s.requireScope(scopeRTLD), which
-//     checks the bearer token (401 Error object otherwise) and applies the
+//     checks the bearer token (401 Error object otherwise), applies the
+//     rate limits of spec section 8 when Config.RateLimits is set, and the
 //     configured faults; stats are recorded for every route automatically.
 //   - writeError(w, status, code, title, description, details...) writes the
 //     spec's Error object; ErrorDetail is its details[] item. writeJSON(w,
