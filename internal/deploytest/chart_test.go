@@ -31,7 +31,7 @@ const (
 var secretEnv = []string{
 	"EDGEPIPE_CLIENT_ID", "EDGEPIPE_CLIENT_SECRET",
 	"EDGEPIPE_RTLD_USERNAME", "EDGEPIPE_RTLD_PASSWORD",
-	"EDGEPIPE_CLICKHOUSE_DSN",
+	"EDGEPIPE_CLICKHOUSE_DSN", "EDGEPIPE_CLICKHOUSE_PASSWORD",
 }
 
 // helmBinary finds helm on PATH, in GOPATH/bin (where `go install
@@ -197,7 +197,7 @@ func TestChartProduction(t *testing.T) {
 	}
 	for key, w := range m.workloads(t) {
 		for _, c := range w.Spec.Template.Spec.Containers {
-			for _, name := range []string{"EDGEPIPE_CLIENT_ID", "EDGEPIPE_CLIENT_SECRET", "EDGEPIPE_CLICKHOUSE_DSN"} {
+			for _, name := range []string{"EDGEPIPE_CLIENT_ID", "EDGEPIPE_CLIENT_SECRET", "EDGEPIPE_CLICKHOUSE_DSN", "EDGEPIPE_CLICKHOUSE_PASSWORD"} {
 				ev := c.env(name)
 				if ev == nil || ev.ValueFrom == nil || ev.ValueFrom.SecretKeyRef == nil || ev.ValueFrom.SecretKeyRef.Name != "edgepipe-credentials" {
 					t.Errorf("%s container %s: %s not from Secret edgepipe-credentials: %+v", key, c.Name, name, ev)
@@ -326,7 +326,7 @@ func TestChartWebConfigAndChartSecret(t *testing.T) {
 	// The chart-created Secret holds the credentials...
 	secretValues := []string{
 		"ci-client-id-value", "ci-client-secret-value", "ci-rtld-user-value", "ci-rtld-password-value",
-		"clickhouse://ci-user:ci-dsn-password@clickhouse:9000/cdn",
+		"clickhouse://ci-user@clickhouse:9000/cdn", "ci-clickhouse-password-value",
 	}
 	var sec struct {
 		Data map[string]string `yaml:"data"`

@@ -107,6 +107,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- if .Values.clickhouse.enabled }}
 {{ include "edgepipe.secretEnv" (dict "ctx" . "name" "EDGEPIPE_CLICKHOUSE_DSN" "key" "clickhouseDsn") }}
+{{ include "edgepipe.secretEnv" (dict "ctx" . "name" "EDGEPIPE_CLICKHOUSE_PASSWORD" "key" "clickhousePassword" "optional" true) }}
 {{- end }}
 {{- end }}
 
