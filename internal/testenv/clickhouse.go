@@ -37,6 +37,8 @@ import (
 //     clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{
 //     "allow_experimental_low_cardinality_type": 1}))); inserting into and
 //     reading from such columns then works without the setting.
+//   - Columnar batches (batch.Column(i).Append(slice)), AppendStruct with
+//     `ch:"name"` tags and Select into structs work.
 //   - Decimal columns take decimal.Decimal (github.com/shopspring/decimal), not
 //     float64. UUID, Nullable, Array, Enum8, ReplacingMergeTree(version) and
 //     SELECT ... FINAL work.

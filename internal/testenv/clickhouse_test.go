@@ -151,6 +151,72 @@ func TestClickHouse1816Quirks(t *testing.T) {
 	}
 }
 
+// TestClickHouseColumnarAndStructBatches checks the faster batch shapes
+// against 18.16: whole columns at once, and structs tagged `ch:"…"`.
+func TestClickHouseColumnarAndStructBatches(t *testing.T) {
+	t.Parallel()
+	ch := ClickHouse(t)
+	conn := ch.Conn(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := ch.NewDatabase(t)
+	ch.Exec(t, "CREATE TABLE "+db+".c (time DateTime, env String, n UInt64, f Nullable(Float64)) ENGINE = MergeTree ORDER BY (env, time)")
+
+	const rows = 1000
+	times := make([]time.Time, rows)
+	envs := make([]string, rows)
+	ns := make([]uint64, rows)
+	fs := make([]*float64, rows)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range rows {
+		times[i], envs[i], ns[i] = base.Add(time.Duration(i)*time.Minute), "e", uint64(i)
+		if i%2 == 0 {
+			f := float64(i)
+			fs[i] = &f
+		}
+	}
+	b, err := conn.PrepareBatch(ctx, "INSERT INTO "+db+".c (time, env, n, f)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, col := range []any{times, envs, ns, fs} {
+		if err := b.Column(i).Append(col); err != nil {
+			t.Fatalf("column %d: %v", i, err)
+		}
+	}
+	if err := b.Send(); err != nil {
+		t.Fatalf("columnar send: %v", err)
+	}
+
+	type row struct {
+		Time time.Time `ch:"time"`
+		Env  string    `ch:"env"`
+		N    uint64    `ch:"n"`
+		F    *float64  `ch:"f"`
+	}
+	b, err = conn.PrepareBatch(ctx, "INSERT INTO "+db+".c (time, env, n, f)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AppendStruct(&row{Time: base, Env: "s", N: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(); err != nil {
+		t.Fatalf("struct send: %v", err)
+	}
+
+	var got []row
+	if err := conn.Select(ctx, &got, "SELECT time, env, n, f FROM "+db+".c WHERE env = 'e' ORDER BY n"); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != rows || got[10].N != 10 || got[10].F == nil || *got[10].F != 10 || got[11].F != nil || !got[1].Time.Equal(base.Add(time.Minute)) {
+		t.Fatalf("columnar rows read back wrong: %d rows, sample %+v %+v", len(got), got[10], got[11])
+	}
+	if n := ch.QueryUint64(t, "SELECT n FROM "+db+".c WHERE env = 's'"); n != 7 {
+		t.Fatalf("struct row: n = %d, want 7", n)
+	}
+}
+
 func TestClickHouseKillAndRestartKeepsData(t *testing.T) {
 	t.Parallel()
 	ch := ClickHouse(t)
