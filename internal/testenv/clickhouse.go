@@ -25,7 +25,7 @@ import (
 //     without compression (clickhouse.CompressionLZ4 and ZSTD both work).
 //   - PrepareBatch needs an explicit column list: "INSERT INTO t (a, b)".
 //     "INSERT INTO t" without one fails at Append with
-//     "expected 0 arguments, got N" because 18.16 sends no column header.
+//     "expected 0 arguments, got N" (the batch ends up with no columns on 18.16).
 //   - conn.Exec(ctx, "INSERT INTO t (a) VALUES (1)") hangs until the context's
 //     deadline: 18.16 waits for the client to send the VALUES as data blocks,
 //     which only newer servers parse themselves. Use PrepareBatch, or
