@@ -1,0 +1,124 @@
+package clickhouse_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/schedule"
+	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+var _ schedule.ResumeSource = (*chsink.Sink)(nil)
+var _ schedule.Publisher = (*chsink.Sink)(nil)
+
+// TestResumePoints: newest stored bucket per environment; the table's newest
+// for an environment without rows; bounded by MaxBackfill; nothing for a
+// missing table or another granularity.
+func TestResumePoints(t *testing.T) {
+	ch := testenv.ClickHouse(t)
+	now := time.Date(2026, 11, 20, 12, 7, 0, 0, time.UTC)
+	sink, err := chsink.NewSink(chsink.SinkConfig{DSN: ch.DSN("resume"), Logger: testLogger(t),
+		Now: func() time.Time { return now }, MaxBackfill: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(context.Background())
+	ds := &metricsapi.Dataset{Name: "origin_offload",
+		Dimensions: []metricsapi.Dimension{{Name: "time", Type: metricsapi.TypeDate}, {Name: "environment_id", Type: metricsapi.TypeString}, {Name: "http_method", Type: metricsapi.TypeString}},
+		Metrics:    []metricsapi.Metric{{Name: "requests_edge_total", Type: metricsapi.TypeNumber}}}
+	ctx := context.Background()
+
+	got, err := sink.Resume(ctx, ds.Name, metricsapi.FiveMinutes, []string{"a"})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("missing table: %v, %v; want empty", got, err)
+	}
+
+	row := func(env string, at time.Time) schedule.Update {
+		return schedule.Update{Row: metricsapi.Row{Time: at, Environment: env, Labels: []string{"GET"}, Values: []float64{1}}}
+	}
+	b := &schedule.Batch{Dataset: ds, Granularity: metricsapi.FiveMinutes, Labels: []string{"http_method"}, Metrics: []string{"requests_edge_total"},
+		Updates: []schedule.Update{
+			row("a", now.Add(-3*time.Hour).Truncate(5*time.Minute)),
+			row("a", now.Add(-2*time.Hour).Truncate(5*time.Minute)),
+			row("b", now.Add(-30*time.Hour).Truncate(5*time.Minute)),
+		}}
+	if n, err := sink.Write(ctx, b); err != nil || n != 3 {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	hour := &schedule.Batch{Dataset: ds, Granularity: metricsapi.Hour, Labels: b.Labels, Metrics: b.Metrics,
+		Updates: []schedule.Update{row("a", now.Add(-time.Hour).Truncate(time.Hour))}}
+	if _, err := sink.Write(ctx, hour); err != nil {
+		t.Fatal(err)
+	}
+
+	got, err = sink.Resume(ctx, ds.Name, metricsapi.FiveMinutes, []string{"a", "b", "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]time.Time{
+		"a": time.Date(2026, 11, 20, 10, 5, 0, 0, time.UTC), // newest of a (the HOUR row does not count)
+		"b": time.Date(2026, 11, 19, 12, 5, 0, 0, time.UTC), // 30h ago, bounded to now−24h
+		"c": time.Date(2026, 11, 20, 10, 5, 0, 0, time.UTC), // no rows: the table's newest
+	}
+	for e, w := range want {
+		if !got[e].Equal(w) {
+			t.Errorf("resume %s = %s, want %s", e, got[e], w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("resume = %v, want %v", got, want)
+	}
+	got, err = sink.Resume(ctx, ds.Name, metricsapi.Day, []string{"a"})
+	if err != nil || len(got) != 0 {
+		t.Errorf("granularity without rows: %v, %v; want empty", got, err)
+	}
+}
+
+// TestNewMetricAddsColumn: a metric the descriptor gains later becomes a
+// new column; old rows keep theirs and new rows fill it.
+func TestNewMetricAddsColumn(t *testing.T) {
+	ch := testenv.ClickHouse(t)
+	sink, err := chsink.NewSink(chsink.SinkConfig{DSN: ch.DSN("migrate"), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(context.Background())
+	ctx := context.Background()
+	at := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	ds := &metricsapi.Dataset{Name: "edge_errors",
+		Dimensions: []metricsapi.Dimension{{Name: "time", Type: metricsapi.TypeDate}, {Name: "environment_id", Type: metricsapi.TypeString},
+			{Name: "http_status_code", Type: metricsapi.TypeNumber}},
+		Metrics: []metricsapi.Metric{{Name: "requests_edge_total", Type: metricsapi.TypeNumber}}}
+	b := &schedule.Batch{Dataset: ds, Granularity: metricsapi.FiveMinutes, Labels: []string{"http_status_code"}, Metrics: []string{"requests_edge_total"},
+		Updates: []schedule.Update{{Row: metricsapi.Row{Time: at, Environment: "e", Labels: []string{"503"}, Values: []float64{7}}}}}
+	if _, err := sink.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	ds2 := *ds
+	ds2.Metrics = append(ds2.Metrics, metricsapi.Metric{Name: "requests_error_ratio", Type: metricsapi.TypeNumber})
+	b2 := &schedule.Batch{Dataset: &ds2, Granularity: metricsapi.FiveMinutes, Labels: b.Labels, Metrics: []string{"requests_edge_total", "requests_error_ratio"},
+		Updates: []schedule.Update{{Row: metricsapi.Row{Time: at.Add(5 * time.Minute), Environment: "e", Labels: []string{"503"}, Values: []float64{9, 0.25}}}}}
+	if _, err := sink.Write(ctx, b2); err != nil {
+		t.Fatal(err)
+	}
+	conn := ch.Conn(t)
+	var typ string
+	if err := conn.QueryRow(ctx, "SELECT type FROM system.columns WHERE database = 'migrate' AND table = 'edge_errors' AND name = 'requests_error_ratio'").Scan(&typ); err != nil {
+		t.Fatalf("new column missing: %v", err)
+	}
+	if typ != "Float64" {
+		t.Errorf("requests_error_ratio is %s, want Float64", typ)
+	}
+	var status int64
+	var total uint64
+	var ratio float64
+	if err := conn.QueryRow(ctx, "SELECT http_status_code, requests_edge_total, requests_error_ratio FROM migrate.edge_errors FINAL WHERE time = toDateTime(?)", at.Add(5*time.Minute).Unix()).Scan(&status, &total, &ratio); err != nil {
+		t.Fatal(err)
+	}
+	if status != 503 || total != 9 || ratio != 0.25 {
+		t.Errorf("new row = %d %d %v, want 503 9 0.25", status, total, ratio)
+	}
+}
