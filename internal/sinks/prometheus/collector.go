@@ -9,13 +9,14 @@
 // else is a gauge of the newest bucket; percentiles become
 // cdn_<dataset>_<stem>_seconds{percentile="P"} and bits become bytes.
 //
-// State is compact: per label set one slice of interned label values shared
-// by all of its metrics and one []float64 of values, kept in a slice indexed
-// through one map entry per label set (not per metric series).
+// State is compact: per label set its interned label values (shared by all of
+// its metrics) and one value per metric, in flat per-dataset slices, found
+// through one pointer-free map entry per label set (not per metric series).
 package prometheus
 
 import (
 	"context"
+	"hash/maphash"
 	"math"
 	"slices"
 	"sync"
@@ -60,28 +61,34 @@ type Collector struct {
 	ignoredDecreases *prometheus.Desc
 }
 
-// datasetState is the state of one dataset's series.
+// datasetState is the state of one dataset's series, laid out flat so the
+// garbage collector has little to scan and a label set costs no allocation
+// of its own: series i owns labels[i*k:(i+1)*k] (k = 1 + label dimensions),
+// vals[i*p:(i+1)*p] (p = len(plans)) and newest[i]. A free slot has an
+// empty environment label.
 type datasetState struct {
 	mu         sync.RWMutex
 	name       string
 	resultLbls []string // the label dimensions, in Row.Labels order
 	plans      []*metricPlan
 	byName     map[string]int
-	index      map[string]int32 // series key → position in series
-	series     []seriesState
+	k          int // labels per series
+	labels     []string
+	vals       []float64
+	newest     []int64 // newest bucket start seen per series, Unix seconds
 	free       []int32
-	newest     int64 // newest bucket start seen, Unix seconds
-	swept      int64 // newest at the last staleness sweep
+	live       int
+	// index finds a series by the hash of its labels; collide holds the
+	// rare series whose hash another series already took.
+	seed    maphash.Seed
+	index   map[uint64]int32
+	collide map[string]int32
+
+	dsNewest   int64 // newest bucket start seen in the dataset, Unix seconds
+	swept      int64 // dsNewest at the last staleness sweep
 	decreases  float64
 	idxScratch []int
 	keyScratch []byte
-}
-
-// seriesState is one label set. labels is nil for a free slot.
-type seriesState struct {
-	labels []string  // environment_id, then the dimensions; interned
-	vals   []float64 // per plan; NaN until a value arrived
-	newest int64     // newest bucket start seen, Unix seconds
 }
 
 // NewCollector returns an empty Collector.
@@ -116,25 +123,24 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	gaugeAge := int64(c.opts.GaugeMaxAge / time.Second)
 	for _, d := range dss {
 		d.mu.RLock()
-		gaugeFloor := d.newest - gaugeAge
-		for i := range d.series {
-			s := &d.series[i]
-			if s.labels == nil {
+		gaugeFloor := d.dsNewest - gaugeAge
+		k, p := d.k, len(d.plans)
+		for i := range d.newest {
+			lbls := d.labels[i*k : (i+1)*k : (i+1)*k]
+			if lbls[0] == "" {
 				continue
 			}
-			gauges := s.newest >= gaugeFloor
-			for j, p := range d.plans {
-				if j >= len(s.vals) {
-					break
-				}
-				v := s.vals[j]
+			gauges := d.newest[i] >= gaugeFloor
+			vals := d.vals[i*p : (i+1)*p]
+			for j, pl := range d.plans {
+				v := vals[j]
 				if math.IsNaN(v) {
 					continue
 				}
-				if p.kind == kindCounter {
-					ch <- prometheus.MustNewConstMetric(p.desc, prometheus.CounterValue, v, s.labels...)
+				if pl.kind == kindCounter {
+					ch <- prometheus.MustNewConstMetric(pl.desc, prometheus.CounterValue, v, lbls...)
 				} else if gauges {
-					ch <- prometheus.MustNewConstMetric(p.desc, prometheus.GaugeValue, v*p.scale, s.labels...)
+					ch <- prometheus.MustNewConstMetric(pl.desc, prometheus.GaugeValue, v*pl.scale, lbls...)
 				}
 			}
 		}
@@ -160,7 +166,7 @@ func (c *Collector) SetEnvironments(ids []string) {
 	c.mu.Unlock()
 	for _, d := range dss {
 		d.mu.Lock()
-		d.removeWhere(func(s *seriesState) bool { return !keep[s.labels[0]] })
+		d.removeWhere(func(i int) bool { return !keep[d.labels[i*d.k]] })
 		d.mu.Unlock()
 	}
 }
@@ -175,7 +181,7 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 	c.mu.Lock()
 	d := c.datasets[b.Dataset.Name]
 	if d == nil {
-		d = &datasetState{name: b.Dataset.Name, byName: make(map[string]int), index: make(map[string]int32)}
+		d = &datasetState{name: b.Dataset.Name, byName: make(map[string]int)}
 		c.datasets[b.Dataset.Name] = d
 	}
 	envs := c.envs
@@ -191,15 +197,16 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 		if envs != nil && !envs[row.Environment] {
 			continue
 		}
-		s := d.lookup(row)
+		i := d.lookup(row)
 		bt := row.Time.Unix()
-		newest := bt >= s.newest
+		newest := bt >= d.newest[i]
 		if newest {
-			s.newest = bt
+			d.newest[i] = bt
 		}
-		if bt > d.newest {
-			d.newest = bt
+		if bt > d.dsNewest {
+			d.dsNewest = bt
 		}
+		vals := d.vals[i*len(d.plans) : (i+1)*len(d.plans)]
 		for k, j := range idx {
 			if j < 0 || k >= len(row.Values) {
 				continue
@@ -218,12 +225,12 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 					d.decreases++
 					continue
 				}
-				if math.IsNaN(s.vals[j]) {
-					s.vals[j] = 0
+				if math.IsNaN(vals[j]) {
+					vals[j] = 0
 				}
-				s.vals[j] += delta
+				vals[j] += delta
 			} else if newest {
-				s.vals[j] = v
+				vals[j] = v
 			}
 		}
 	}
@@ -232,17 +239,21 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 }
 
 // prepare maps the batch's metrics onto plans (creating plans for metrics
-// not seen before) and resets the state if the label dimensions changed.
+// not seen before, which widens every series' values) and resets the state
+// if the label dimensions changed.
 func (d *datasetState) prepare(b *schedule.Batch) {
-	if !slices.Equal(d.resultLbls, b.Labels) {
+	if d.index == nil || !slices.Equal(d.resultLbls, b.Labels) {
 		d.resultLbls = slices.Clone(b.Labels)
+		d.k = 1 + len(b.Labels)
 		d.plans = nil
 		clear(d.byName)
-		clear(d.index)
-		d.series = nil
-		d.free = nil
+		d.seed = maphash.MakeSeed()
+		d.index = make(map[uint64]int32)
+		d.collide = nil
+		d.labels, d.vals, d.newest, d.free, d.live = nil, nil, nil, nil, 0
 	}
 	names := labelNames(b.Labels)
+	oldP := len(d.plans)
 	d.idxScratch = d.idxScratch[:0]
 	for _, m := range b.Metrics {
 		j, ok := d.byName[m]
@@ -253,86 +264,131 @@ func (d *datasetState) prepare(b *schedule.Batch) {
 		}
 		d.idxScratch = append(d.idxScratch, j)
 	}
+	if p := len(d.plans); p != oldP && len(d.newest) > 0 {
+		vals := make([]float64, len(d.newest)*p, cap(d.newest)*p)
+		for i := range d.newest {
+			copy(vals[i*p:], d.vals[i*oldP:(i+1)*oldP])
+			for j := oldP; j < p; j++ {
+				vals[i*p+j] = math.NaN()
+			}
+		}
+		d.vals = vals
+	}
 }
 
-// lookup returns the series of row's label set, creating it.
-func (d *datasetState) lookup(row *metricsapi.Row) *seriesState {
-	key := d.keyScratch[:0]
-	key = append(key, row.Environment...)
+// hashRow hashes the label set of row and leaves its key in keyScratch.
+func (d *datasetState) hashRow(row *metricsapi.Row) uint64 {
+	key := append(d.keyScratch[:0], row.Environment...)
 	for _, l := range row.Labels {
 		key = append(key, 0xff)
 		key = append(key, l...)
 	}
 	d.keyScratch = key
-	if i, ok := d.index[string(key)]; ok {
-		s := &d.series[i]
-		if len(s.vals) < len(d.plans) {
-			s.vals = growNaN(s.vals, len(d.plans))
+	return maphash.Bytes(d.seed, key)
+}
+
+// keyOf returns the key of series i (as hashRow builds it).
+func (d *datasetState) keyOf(i int) []byte {
+	key := d.keyScratch[:0]
+	for j, l := range d.labels[i*d.k : (i+1)*d.k] {
+		if j > 0 {
+			key = append(key, 0xff)
 		}
-		return s
+		key = append(key, l...)
 	}
-	labels := make([]string, 0, len(row.Labels)+1)
-	labels = append(labels, unique.Make(row.Environment).Value())
-	for _, l := range row.Labels {
-		labels = append(labels, unique.Make(l).Value())
+	d.keyScratch = key
+	return key
+}
+
+// sameLabels reports whether series i has row's label set.
+func (d *datasetState) sameLabels(i int, row *metricsapi.Row) bool {
+	lbls := d.labels[i*d.k : (i+1)*d.k]
+	if lbls[0] != row.Environment || len(row.Labels) != d.k-1 {
+		return false
 	}
-	var i int32
-	if n := len(d.free); n > 0 {
-		i = d.free[n-1]
-		d.free = d.free[:n-1]
+	for j, l := range row.Labels {
+		if lbls[j+1] != l {
+			return false
+		}
+	}
+	return true
+}
+
+// lookup returns the series index of row's label set, creating it.
+func (d *datasetState) lookup(row *metricsapi.Row) int {
+	h := d.hashRow(row)
+	i, taken := d.index[h]
+	if taken && d.sameLabels(int(i), row) {
+		return int(i)
+	}
+	if d.collide != nil {
+		if j, ok := d.collide[string(d.keyScratch)]; ok {
+			return int(j)
+		}
+	}
+	p := len(d.plans)
+	var n int
+	if f := len(d.free); f > 0 {
+		n = int(d.free[f-1])
+		d.free = d.free[:f-1]
 	} else {
-		d.series = append(d.series, seriesState{})
-		i = int32(len(d.series) - 1)
+		n = len(d.newest)
+		d.newest = append(d.newest, 0)
+		d.labels = append(d.labels, make([]string, d.k)...)
+		d.vals = append(d.vals, make([]float64, p)...)
 	}
-	d.series[i] = seriesState{labels: labels, vals: growNaN(nil, len(d.plans)), newest: math.MinInt64}
-	d.index[string(key)] = i
-	return &d.series[i]
+	lbls := d.labels[n*d.k : (n+1)*d.k]
+	lbls[0] = unique.Make(row.Environment).Value()
+	for j, l := range row.Labels {
+		if j+1 < d.k {
+			lbls[j+1] = unique.Make(l).Value()
+		}
+	}
+	for j := range p {
+		d.vals[n*p+j] = math.NaN()
+	}
+	d.newest[n] = math.MinInt64
+	if taken {
+		if d.collide == nil {
+			d.collide = make(map[string]int32)
+		}
+		d.collide[string(d.keyScratch)] = int32(n)
+	} else {
+		d.index[h] = int32(n)
+	}
+	d.live++
+	return n
 }
 
 // sweep drops label sets whose newest bucket is more than ttl seconds
 // older than the dataset's newest, at most once per advance of the newest
 // bucket.
 func (d *datasetState) sweep(ttl int64) {
-	if d.newest == d.swept {
+	if d.dsNewest == d.swept {
 		return
 	}
-	d.swept = d.newest
-	floor := d.newest - ttl
-	d.removeWhere(func(s *seriesState) bool { return s.newest < floor })
+	d.swept = d.dsNewest
+	floor := d.dsNewest - ttl
+	d.removeWhere(func(i int) bool { return d.newest[i] < floor })
 }
 
-// removeWhere frees every live series for which drop is true.
-func (d *datasetState) removeWhere(drop func(*seriesState) bool) {
-	var key []byte
-	for i := range d.series {
-		s := &d.series[i]
-		if s.labels == nil || !drop(s) {
+// removeWhere frees every live series i for which drop(i) is true.
+func (d *datasetState) removeWhere(drop func(i int) bool) {
+	for i := range d.newest {
+		if d.labels[i*d.k] == "" || !drop(i) {
 			continue
 		}
-		key = key[:0]
-		for k, l := range s.labels {
-			if k > 0 {
-				key = append(key, 0xff)
-			}
-			key = append(key, l...)
+		key := d.keyOf(i)
+		h := maphash.Bytes(d.seed, key)
+		if j, ok := d.index[h]; ok && int(j) == i {
+			delete(d.index, h)
+		} else {
+			delete(d.collide, string(key))
 		}
-		delete(d.index, string(key))
-		*s = seriesState{}
+		clear(d.labels[i*d.k : (i+1)*d.k])
 		d.free = append(d.free, int32(i))
+		d.live--
 	}
-}
-
-// growNaN returns v extended to n entries with NaN, allocating exactly n.
-func growNaN(v []float64, n int) []float64 {
-	if len(v) >= n {
-		return v
-	}
-	out := make([]float64, n)
-	copy(out, v)
-	for i := len(v); i < n; i++ {
-		out[i] = math.NaN()
-	}
-	return out
 }
 
 // Series returns the number of label sets held, for tests and sizing.
@@ -342,7 +398,7 @@ func (c *Collector) Series() int {
 	n := 0
 	for _, d := range c.datasets {
 		d.mu.RLock()
-		n += len(d.index)
+		n += d.live
 		d.mu.RUnlock()
 	}
 	return n

@@ -119,7 +119,7 @@ func TestCountersGaugesAndRevisions(t *testing.T) {
 		"cdn_edge_usage_by_country_ttfb_edge_seconds{country_code=us,environment_id=e1,percentile=50}": 0.06,
 		"cdn_edge_usage_by_country_ttfb_edge_seconds{country_code=de,environment_id=e1,percentile=95}": 0.01,
 		"cdn_edge_usage_by_country_ttfb_edge_seconds{country_code=de,environment_id=e1,percentile=50}": 0.005,
-		"edgepipe_count_decreases_ignored_total{dataset=edge_usage_by_country}":           1,
+		"edgepipe_count_decreases_ignored_total{dataset=edge_usage_by_country}":                        1,
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || math.Abs(g-v) > 1e-12 {
@@ -216,5 +216,33 @@ func TestSelfMetricsLintClean(t *testing.T) {
 	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
 	if err != nil || len(problems) > 0 {
 		t.Errorf("promlint: %v %v", problems, err)
+	}
+}
+
+// TestHashCollision forces two label sets onto one hash: the second lives in
+// the collision map, both keep their own values, and removal finds both.
+func TestHashCollision(t *testing.T) {
+	c := NewCollector(Options{})
+	ctx := context.Background()
+	c.Publish(ctx, batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1)))
+	d := c.datasets["edge_usage_by_country"]
+	b := upd("e2", "de", 0, nil, 2, 0.5, 8, 1, 1)
+	d.index[d.hashRow(&b.Row)] = 0 // e2/de now "collides" with e1/us
+	for range 2 {
+		c.Publish(ctx, batch(b))
+	}
+	if n := c.Series(); n != 2 || len(d.collide) != 1 {
+		t.Fatalf("%d series, %d in the collision map; want 2 and 1", n, len(d.collide))
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	got := values(t, reg)
+	if got["cdn_edge_usage_by_country_requests_edge_total{country_code=de,environment_id=e2}"] != 4 ||
+		got["cdn_edge_usage_by_country_requests_edge_total{country_code=us,environment_id=e1}"] != 1 {
+		t.Fatalf("values mixed up: %v", got)
+	}
+	c.SetEnvironments(nil)
+	if n := c.Series(); n != 0 || len(d.collide) != 0 {
+		t.Fatalf("%d series, %d collisions left after every environment vanished", n, len(d.collide))
 	}
 }
