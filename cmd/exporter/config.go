@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platform"
@@ -134,6 +135,10 @@ type host struct {
 	log     *slog.Logger
 	version string
 
+	// registerer receives the self-metrics of extensions. The run command
+	// sets it to the registry served on /metrics before calling setup;
+	// other commands get a private registry nobody serves.
+	registerer prometheus.Registerer
 	// apiObserver is told about every API request (self-metrics); set by
 	// the run command before clients is first called.
 	apiObserver platform.Observer
@@ -159,7 +164,7 @@ func newHost(c *commonFlags, log *slog.Logger) (*host, error) {
 	if err := c.resolve(); err != nil {
 		return nil, err
 	}
-	return &host{common: c, log: log, version: version.Get().Version}, nil
+	return &host{common: c, log: log, version: version.Get().Version, registerer: prometheus.NewRegistry()}, nil
 }
 
 // clients builds (once) the platform, metrics and accounts clients from the

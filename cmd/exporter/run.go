@@ -156,6 +156,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	}
 	x.self = self
 	h.apiObserver = self
+	h.registerer = x.reg
 	cl, err := h.clients(ctx)
 	if err != nil {
 		return nil, err
