@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -318,6 +320,45 @@ func TestChartProduction(t *testing.T) {
 		}
 	}
 	assertPods(t, m, "HTTP")
+	assertAlertRules(t, m)
+}
+
+// assertAlertRules checks the PrometheusRule with promtool (Debian's
+// prometheus package): every expression parses, every alert is well formed.
+func assertAlertRules(t *testing.T, m manifests) {
+	t.Helper()
+	rules := m.ofKind("PrometheusRule")
+	if len(rules) != 1 {
+		t.Fatalf("%d PrometheusRules, want 1", len(rules))
+	}
+	var pr struct {
+		Spec struct {
+			Groups []struct {
+				Name  string           `yaml:"name"`
+				Rules []map[string]any `yaml:"rules"`
+			} `yaml:"groups"`
+		} `yaml:"spec"`
+	}
+	rules[0].decode(t, &pr)
+	alerts := 0
+	for _, g := range pr.Spec.Groups {
+		alerts += len(g.Rules)
+	}
+	if len(pr.Spec.Groups) != 2 || alerts < 10 {
+		t.Errorf("%d groups with %d alerts, want the exporter and receiver groups", len(pr.Spec.Groups), alerts)
+	}
+	out, err := yaml.Marshal(pr.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "rules.yml")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := exec.Command(testenv.Promtool(t), "check", "rules", path).CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool check rules: %v\n%s\n%s", err, res, out)
+	}
 }
 
 func TestChartWebConfigAndChartSecret(t *testing.T) {
