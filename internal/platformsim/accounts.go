@@ -20,6 +20,7 @@ func (s *Server) routeAccounts(r chi.Router) {
 		r.Get(accountsBase+"/properties/{id}", s.handleProperty)
 		r.Get(accountsBase+"/environments", s.handleEnvironments)
 		r.Get(accountsBase+"/environments/{id}", s.handleEnvironment)
+		r.Delete(accountsBase+"/environments/{id}", s.handleDeleteEnvironment)
 	})
 }
 
@@ -99,26 +100,37 @@ func notFound(w http.ResponseWriter, kind, id string) {
 
 func (s *Server) handleOrganization(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	if id != s.world.org.ID {
+	if id != s.w().org.ID {
 		notFound(w, "organization", id)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.orgJSON(s.world.org))
+	writeJSON(w, http.StatusOK, s.orgJSON(s.w().org))
 }
 
 func (s *Server) handleProperty(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	i, ok := s.world.propByID[id]
+	wd := s.w()
+	i, ok := wd.propByID[id]
 	if !ok {
 		notFound(w, "property", id)
 		return
 	}
-	writeJSON(w, http.StatusOK, propJSON(s.world.properties[i]))
+	writeJSON(w, http.StatusOK, propJSON(wd.properties[i]))
 }
 
 func (s *Server) handleEnvironment(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
 	e, ok := s.environment(id)
+	if !ok {
+		notFound(w, "environment", id)
+		return
+	}
+	writeJSON(w, http.StatusOK, envJSON(e))
+}
+
+func (s *Server) handleDeleteEnvironment(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	e, ok := s.RemoveEnvironment(id)
 	if !ok {
 		notFound(w, "environment", id)
 		return
@@ -214,12 +226,12 @@ func (s *Server) handleProperties(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing_parameter", "Bad Request", "organization_id is required.", detail("organization_id", "missing"))
 		return
 	}
-	if org != s.world.org.ID {
+	if org != s.w().org.ID {
 		notFound(w, "organization", org)
 		return
 	}
 	var items []any
-	for _, p := range s.world.properties {
+	for _, p := range s.w().properties {
 		items = append(items, propJSON(p))
 	}
 	writePage(w, r, "PaginatedList", accountsBase+"/properties", "organization_id", org, pg, size, items)
@@ -235,12 +247,13 @@ func (s *Server) handleEnvironments(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "missing_parameter", "Bad Request", "property_id is required.", detail("property_id", "missing"))
 		return
 	}
-	if _, ok := s.world.propByID[prop]; !ok {
+	wd := s.w()
+	if _, ok := wd.propByID[prop]; !ok {
 		notFound(w, "property", prop)
 		return
 	}
 	var items []any
-	for _, e := range s.world.envs {
+	for _, e := range wd.envs {
 		if e.PropertyID == prop {
 			items = append(items, envJSON(e))
 		}

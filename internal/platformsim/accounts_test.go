@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 )
@@ -212,4 +213,53 @@ func TestAccountsPagination(t *testing.T) {
 			t.Errorf("environment %v, want %s", m, env.Name)
 		}
 	})
+}
+
+func TestEnvironmentsChange(t *testing.T) {
+	clk := newClock(testNow)
+	srv, base := startSim(t, platformsim.Config{Seed: 4, Now: clk.Now})
+	tok := token(t, base, "app.accounts app.metrics")
+	prop := srv.Properties()[1]
+	listed := func() map[string]bool {
+		out := map[string]bool{}
+		for _, e := range walk(t, base, tok, "/accounts/v0.1/environments?property_id="+prop.ID, 5) {
+			out[e["id"].(string)] = true
+		}
+		return out
+	}
+	before := listed()
+	if _, err := srv.AddEnvironment(prop.ID, "Bad Name"); err == nil {
+		t.Fatal("invalid name accepted")
+	}
+	if _, err := srv.AddEnvironment("nope", "preview-2"); err == nil {
+		t.Fatal("unknown property accepted")
+	}
+	added, err := srv.AddEnvironment(prop.ID, "preview-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := platformsim.New(platformsim.Config{Seed: 4})
+	defer again.Close()
+	if same, _ := again.AddEnvironment(again.Properties()[1].ID, "preview-2"); same.ID != added.ID {
+		t.Fatal("added environment ID does not follow the seed")
+	}
+	after := listed()
+	if len(after) != len(before)+1 || !after[added.ID] {
+		t.Fatalf("added environment not listed: %d → %d", len(before), len(after))
+	}
+	q := query([]string{added.ID}, []string{"time"}, []string{"requests_edge_total"}, testNow.Add(-6*time.Hour).Truncate(time.Hour), testNow.Truncate(time.Hour), "HOUR")
+	dataRows(t, dataQuery(t, base, tok, "edge_usage_by_country", q))
+
+	victim := srv.Environments()[0]
+	r := do(t, http.MethodDelete, base+"/accounts/v0.1/environments/"+victim.ID, "Bearer "+tok, "", "")
+	if r.status != 200 || r.json(t)["id"] != victim.ID {
+		t.Fatalf("delete: %d %s", r.status, r.body)
+	}
+	checkError(t, do(t, http.MethodGet, base+"/accounts/v0.1/environments/"+victim.ID, "Bearer "+tok, "", ""), 404, "id")
+	checkError(t, do(t, http.MethodDelete, base+"/accounts/v0.1/environments/"+victim.ID, "Bearer "+tok, "", ""), 404, "id")
+	q["filters"] = map[string]any{"environment_id": []string{victim.ID}}
+	checkError(t, dataQuery(t, base, tok, "edge_usage_by_country", q), 400, "filters.environment_id[0]")
+	if len(srv.Environments()) != 25 {
+		t.Fatalf("%d environments after one added and one removed", len(srv.Environments()))
+	}
 }

@@ -49,6 +49,7 @@ func (s *Server) handleDataset(w http.ResponseWriter, r *http.Request) {
 
 // dataQuery is a validated data request.
 type dataQuery struct {
+	w          *world // the world the environment indexes refer to
 	ds         *datasetDesc
 	dims       []string
 	metrics    []string
@@ -129,7 +130,7 @@ func (s *Server) parseQuery(ds *datasetDesc, body []byte) (*dataQuery, []ErrorDe
 		add("body", "unexpected data after the JSON object")
 		return nil, details
 	}
-	q := &dataQuery{ds: ds, filters: map[string][]string{}, echo: map[string]any{}}
+	q := &dataQuery{w: s.w(), ds: ds, filters: map[string][]string{}, echo: map[string]any{}}
 	known := map[string]bool{"date_range": true, "dimensions": true, "metrics": true, "filters": true, "time_granularity": true}
 	var keys []string
 	for k := range top {
@@ -222,7 +223,7 @@ func (s *Server) parseQuery(ds *datasetDesc, body []byte) (*dataQuery, []ErrorDe
 				}
 				if k == "environment_id" {
 					for i, v := range vals {
-						idx, ok := s.world.envByID[v]
+						idx, ok := q.w.envByID[v]
 						if !ok {
 							add(fmt.Sprintf("%s[%d]", src, i), fmt.Sprintf("unknown environment ID %q", v))
 							continue
@@ -514,7 +515,7 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
 		}
 		seen[env] = true
 		for _, t := range bs {
-			b := s.bucket(env, q.g, t, at)
+			b := s.bucket(q.w, env, q.g, t, at)
 		leaves:
 			for _, lv := range b.leaves(ds.Name) {
 				for _, f := range lfs {
@@ -574,7 +575,7 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
 			case "time":
 				row = strconv.AppendQuote(row, g.t.UTC().Format(time.RFC3339))
 			case "environment_id":
-				row = strconv.AppendQuote(row, s.world.envs[g.env].ID)
+				row = strconv.AppendQuote(row, q.w.envs[g.env].ID)
 			default:
 				v := g.labels[li]
 				li++
@@ -644,7 +645,8 @@ func (s *Server) Rows(dataset, env string, g metricsapi.Granularity, start, end,
 	if !ok {
 		return nil, fmt.Errorf("platformsim: unknown dataset %q", dataset)
 	}
-	idx, ok := s.world.envByID[env]
+	wd := s.w()
+	idx, ok := wd.envByID[env]
 	if !ok {
 		return nil, fmt.Errorf("platformsim: unknown environment %q", env)
 	}
@@ -654,7 +656,7 @@ func (s *Server) Rows(dataset, env string, g metricsapi.Granularity, start, end,
 	metrics := s.DatasetMetrics(dataset)
 	var out []metricsapi.Row
 	for _, t := range buckets(g, start.UTC(), end.UTC(), at.UTC()) {
-		b := s.bucket(idx, g, t, at.UTC())
+		b := s.bucket(wd, idx, g, t, at.UTC())
 		for _, lv := range b.leaves(ds.Name) {
 			row := metricsapi.Row{Time: t, Environment: env, Labels: lv.labels, Values: make([]float64, len(metrics))}
 			for i, m := range metrics {

@@ -273,6 +273,7 @@ func completeness(start, end, at time.Time, late time.Duration, k float64) (floa
 // bucketCtx is what the model needs to know about one (environment, bucket).
 type bucketCtx struct {
 	s       *Server
+	w       *world
 	h       hasher // seed ⊕ environment ⊕ granularity ⊕ bucket start
 	env     int
 	m       *envModel
@@ -283,13 +284,14 @@ type bucketCtx struct {
 	seconds float64
 }
 
-func (s *Server) bucket(env int, g metricsapi.Granularity, start, at time.Time) bucketCtx {
+func (s *Server) bucket(w *world, env int, g metricsapi.Granularity, start, at time.Time) bucketCtx {
 	d := g.Duration()
 	return bucketCtx{
 		s:       s,
-		h:       s.hash.s(s.world.envs[env].ID).s(string(g)).i(start.Unix()),
+		w:       w,
+		h:       s.hash.s(w.envs[env].ID).s(string(g)).i(start.Unix()),
 		env:     env,
-		m:       &s.world.models[env],
+		m:       &w.models[env],
 		g:       g,
 		start:   start,
 		end:     start.Add(d),
@@ -517,7 +519,7 @@ func (b *bucketCtx) originCell(n, bytes, ttfb50, transfer float64, c float64) ce
 
 func (b *bucketCtx) originByCountry() []leaf {
 	var out []leaf
-	origins := b.s.world.envs[b.env].Origins
+	origins := b.w.envs[b.env].Origins
 	for i, f := range b.countries() {
 		if f.origin == 0 {
 			continue
@@ -576,7 +578,7 @@ func (b *bucketCtx) originFinals() (perOrigin [][]float64, edgeMT []float64) {
 
 func (b *bucketCtx) originUsage(errors bool) []leaf {
 	var out []leaf
-	origins := b.s.world.envs[b.env].Origins
+	origins := b.w.envs[b.env].Origins
 	perOrigin, _ := b.originFinals()
 	olat := b.m.originMs * math.Exp(0.12*b.h.s("olat").z())
 	burst := b.h.s("oburst").u() < 0.03

@@ -13,14 +13,15 @@ func BenchmarkLeaves(b *testing.B) {
 	s := New(Config{Seed: 1})
 	defer s.Close()
 	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	env := s.world.envByID[s.EnvironmentIDs()[0]]
+	w := s.w()
+	env := w.envByID[s.EnvironmentIDs()[0]]
 	for _, ds := range s.DatasetNames() {
 		b.Run(ds, func(b *testing.B) {
 			b.ReportAllocs()
 			n := 0
 			for i := 0; i < b.N; i++ {
 				t := at.Add(-time.Duration(i%288+1) * 5 * time.Minute)
-				bc := s.bucket(env, metricsapi.FiveMinutes, t, at)
+				bc := s.bucket(w, env, metricsapi.FiveMinutes, t, at)
 				n += len(bc.leaves(ds))
 			}
 			b.ReportMetric(float64(n)/float64(b.N), "leaves/op")

@@ -41,8 +41,9 @@
 //   - writeError(w, status, code, title, description, details...) writes the
 //     spec's Error object; ErrorDetail is its details[] item. writeJSON(w,
 //     status, v) writes any other body.
-//   - s.environment(id) (Environment, bool) finds an environment by ID;
-//     s.world.envs lists them.
+//   - s.environment(id) (Environment, bool) finds an environment by ID
+//     (environments can be added and removed at run time, see
+//     AddEnvironment); s.w() is the current immutable snapshot of the world.
 //   - s.spawn(func(ctx context.Context)) runs a background goroutine owned by
 //     the Server: ctx is cancelled by Close, which waits for it to return.
 //     spawn may be called from routeRTLD (i.e. during New) or later from a
@@ -60,6 +61,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -160,7 +162,7 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	hash     hasher
-	world    *world
+	worldp   atomic.Pointer[world] // replaced, never modified, on changes
 	datasets []*datasetDesc
 	dsByName map[string]*datasetDesc
 	handler  http.Handler
@@ -177,6 +179,7 @@ type Server struct {
 	rng      *rand.Rand
 	tokens   map[string]token
 	windows  map[string][]time.Time // rate-limit windows by client and class
+	added    int                    // environments added by AddEnvironment
 	stats    statsState
 	httpSrv  *http.Server
 	url      string
@@ -205,7 +208,6 @@ func New(cfg Config) *Server {
 	s := &Server{
 		cfg:      cfg,
 		hash:     seedHash(cfg.Seed),
-		world:    buildWorld(cfg.Seed, cfg.Properties, cfg.Environments),
 		datasets: buildDatasets(),
 		dsByName: map[string]*datasetDesc{},
 		ctx:      ctx,
@@ -214,12 +216,16 @@ func New(cfg Config) *Server {
 		rng:      rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
 		tokens:   map[string]token{},
 	}
+	s.worldp.Store(buildWorld(cfg.Seed, cfg.Properties, cfg.Environments))
 	for _, d := range s.datasets {
 		s.dsByName[d.Name] = d
 	}
 	s.handler = s.routes()
 	return s
 }
+
+// w returns the current world.
+func (s *Server) w() *world { return s.worldp.Load() }
 
 func (s *Server) now() time.Time {
 	if s.cfg.Now != nil {
@@ -339,8 +345,9 @@ func (s *Server) FailNext(n int, status int) {
 
 // Environments returns every environment of the world, ordered by property.
 func (s *Server) Environments() []Environment {
-	out := make([]Environment, len(s.world.envs))
-	copy(out, s.world.envs)
+	w := s.w()
+	out := make([]Environment, len(w.envs))
+	copy(out, w.envs)
 	for i := range out {
 		out[i].Origins = append([]string(nil), out[i].Origins...)
 	}
@@ -349,8 +356,9 @@ func (s *Server) Environments() []Environment {
 
 // EnvironmentIDs returns the IDs of Environments, in the same order.
 func (s *Server) EnvironmentIDs() []string {
-	out := make([]string, len(s.world.envs))
-	for i, e := range s.world.envs {
+	w := s.w()
+	out := make([]string, len(w.envs))
+	for i, e := range w.envs {
 		out[i] = e.ID
 	}
 	return out
@@ -358,19 +366,20 @@ func (s *Server) EnvironmentIDs() []string {
 
 // Properties returns every property of the demo organization.
 func (s *Server) Properties() []Property {
-	return append([]Property(nil), s.world.properties...)
+	return append([]Property(nil), s.w().properties...)
 }
 
 // Organization returns the demo organization.
-func (s *Server) Organization() Organization { return s.world.org }
+func (s *Server) Organization() Organization { return s.w().org }
 
 // environment finds an environment by ID.
 func (s *Server) environment(id string) (Environment, bool) {
-	i, ok := s.world.envByID[id]
+	w := s.w()
+	i, ok := w.envByID[id]
 	if !ok {
 		return Environment{}, false
 	}
-	return s.world.envs[i], true
+	return w.envs[i], true
 }
 
 // ErrorDetail is one entry of the Error object's details.

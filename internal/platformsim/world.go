@@ -1,8 +1,10 @@
 package platformsim
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -237,4 +239,107 @@ var countries = []country{
 	{"jp", 0.07, 9, 30}, {"br", 0.05, -3, 45}, {"in", 0.06, 5.5, 60}, {"ca", 0.04, -5, 22},
 	{"au", 0.03, 10, 40}, {"nl", 0.03, 1, 20}, {"es", 0.03, 1, 28}, {"it", 0.03, 1, 28},
 	{"sg", 0.015, 8, 35}, {"za", 0.01, 2, 70}, {"-", 0.02, 0, 50},
+}
+
+// clone returns a copy of w that can be changed without affecting readers of w.
+func (w *world) clone() *world {
+	c := &world{
+		org:        w.org,
+		properties: append([]Property(nil), w.properties...),
+		envs:       append([]Environment(nil), w.envs...),
+		models:     append([]envModel(nil), w.models...),
+	}
+	c.reindex()
+	return c
+}
+
+func (w *world) reindex() {
+	w.envByID = make(map[string]int, len(w.envs))
+	for i, e := range w.envs {
+		w.envByID[e.ID] = i
+	}
+	w.propByID = make(map[string]int, len(w.properties))
+	for i, p := range w.properties {
+		w.propByID[p.ID] = i
+	}
+}
+
+var envNameRe = regexp.MustCompile(`^[a-z0-9_-]+$`)
+
+// changeWorld applies f to a copy of the world and publishes the copy.
+func (s *Server) changeWorld(f func(w *world) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.w().clone()
+	if err := f(c); err != nil {
+		return err
+	}
+	c.reindex()
+	s.worldp.Store(c)
+	return nil
+}
+
+// AddEnvironment creates an environment named name in property propertyID,
+// with an ID and traffic derived from the seed and the number of
+// environments added so far, as the console would. The accounts API lists it
+// and the metrics API serves data for it from then on.
+func (s *Server) AddEnvironment(propertyID, name string) (Environment, error) {
+	if !envNameRe.MatchString(name) {
+		return Environment{}, fmt.Errorf("platformsim: environment name %q may hold only lowercase letters, digits, dashes and underscores", name)
+	}
+	var env Environment
+	err := s.changeWorld(func(w *world) error {
+		pi, ok := w.propByID[propertyID]
+		if !ok {
+			return fmt.Errorf("platformsim: unknown property %q", propertyID)
+		}
+		prop := w.properties[pi]
+		s.added++
+		h := seedHash(s.cfg.Seed).s("world").s("added").i(int64(s.added))
+		now := s.now()
+		env = Environment{
+			ID:                  uuidFrom(h),
+			PropertyID:          prop.ID,
+			LegacyAccountNumber: fmt.Sprintf("%d", 20000+s.added),
+			Name:                name,
+			DefaultDomainName:   fmt.Sprintf("%s-%s.example-edge.link", prop.Slug, strings.ReplaceAll(name, "_", "-")),
+			DNSDomainName:       fmt.Sprintf("%s-%s.edge.example-edge.net", prop.Slug, strings.ReplaceAll(name, "_", "-")),
+			CanMembersDeploy:    true,
+			CreatedAt:           now.Truncate(time.Second),
+			UpdatedAt:           now.Truncate(time.Second),
+		}
+		m := newEnvModel(h, name)
+		env.Origins = []string{originNames[0], originNames[2]}
+		m.originW = []float64{0.8, 0.2}
+		// Keep environments grouped by property.
+		at := len(w.envs)
+		for i := len(w.envs) - 1; i >= 0; i-- {
+			if w.envs[i].PropertyID == prop.ID {
+				at = i + 1
+				break
+			}
+		}
+		w.envs = append(w.envs[:at], append([]Environment{env}, w.envs[at:]...)...)
+		w.models = append(w.models[:at], append([]envModel{m}, w.models[at:]...)...)
+		return nil
+	})
+	return env, err
+}
+
+// RemoveEnvironment deletes an environment, as DELETE
+// /accounts/v0.1/environments/{id} does: it disappears from the accounts API
+// and data requests naming it are rejected as unknown.
+func (s *Server) RemoveEnvironment(id string) (Environment, bool) {
+	var env Environment
+	err := s.changeWorld(func(w *world) error {
+		i, ok := w.envByID[id]
+		if !ok {
+			return errors.New("unknown environment")
+		}
+		env = w.envs[i]
+		w.envs = append(w.envs[:i], w.envs[i+1:]...)
+		w.models = append(w.models[:i], w.models[i+1:]...)
+		return nil
+	})
+	return env, err == nil
 }
