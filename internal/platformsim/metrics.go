@@ -590,7 +590,7 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
 			if i > 0 || len(q.dims) > 0 {
 				row = append(row, ',')
 			}
-			row = num(row, formatNumber(m, g.cell.value(m, seconds)))
+			row = appendNumber(row, m, g.cell.value(m, seconds), asStrings)
 		}
 		row = append(row, ']')
 		rows = append(rows, row)
@@ -660,8 +660,7 @@ func (s *Server) Rows(dataset, env string, g metricsapi.Granularity, start, end,
 		for _, lv := range b.leaves(ds.Name) {
 			row := metricsapi.Row{Time: t, Environment: env, Labels: lv.labels, Values: make([]float64, len(metrics))}
 			for i, m := range metrics {
-				v, _ := strconv.ParseFloat(formatNumber(m, lv.cell.value(m, g.Duration().Seconds())), 64)
-				row.Values[i] = v
+				row.Values[i] = roundValue(m, lv.cell.value(m, g.Duration().Seconds()))
 			}
 			out = append(out, row)
 		}

@@ -3,6 +3,7 @@ package platformsim
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
@@ -668,14 +669,27 @@ func (b *bucketCtx) originOffload() []leaf {
 	return out
 }
 
-// formatNumber renders a metric value with a precision fitting its kind.
-func formatNumber(metric string, v float64) string {
+// roundValue rounds a metric value to the precision it is sent with:
+// counts to integers, ratios to 6 decimals, everything else to 3.
+func roundValue(metric string, v float64) float64 {
 	switch {
-	case len(metric) > 6 && metric[len(metric)-6:] == "_total":
-		return strconv.FormatFloat(math.Round(v), 'f', -1, 64)
-	case len(metric) > 6 && metric[len(metric)-6:] == "_ratio":
-		return strconv.FormatFloat(math.Round(v*1e6)/1e6, 'f', -1, 64)
+	case strings.HasSuffix(metric, "_total"):
+		return math.Round(v)
+	case strings.HasSuffix(metric, "_ratio"):
+		return math.Round(v*1e6) / 1e6
 	default:
-		return strconv.FormatFloat(math.Round(v*1e3)/1e3, 'f', -1, 64)
+		return math.Round(v*1e3) / 1e3
 	}
+}
+
+// appendNumber appends the wire form of a metric value, quoted when asString.
+func appendNumber(b []byte, metric string, v float64, asString bool) []byte {
+	if asString {
+		b = append(b, '"')
+	}
+	b = strconv.AppendFloat(b, roundValue(metric, v), 'f', -1, 64)
+	if asString {
+		b = append(b, '"')
+	}
+	return b
 }
