@@ -39,5 +39,5 @@ type parts struct {
 // extensions lists the optional parts compiled into the exporter, in the
 // order their flags appear. Add yours here, e.g. newClickHouseExtension().
 func extensions() []extension {
-	return nil
+	return []extension{newClickHouseExtension(), newBackfillExtension()}
 }

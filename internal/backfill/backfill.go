@@ -148,15 +148,28 @@ func Plan(cfg Config) ([]Chunk, []string, error) {
 		for _, l := range ds.Labels() {
 			labels = append(labels, l.Name)
 		}
-		reqs, err := metricsapi.Plan(metricsapi.Query{
-			Dataset: ds.Name, Environments: envs, Granularity: g,
-			Start: from, End: to, Labels: labels, Metrics: ds.MetricNames(),
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("backfill %s: %w", ds.Name, err)
-		}
-		for _, r := range reqs {
-			chunks = append(chunks, Chunk{ID: chunkID(r), Dataset: ds, Request: r})
+		// Windows aligned to multiples of the longest legal range since the
+		// Unix epoch (UTC midnights for FIVE_MINUTES), so that a run with a
+		// slightly different --from or --to (7d, a minute later) plans the
+		// same chunks for the same windows and resumes instead of starting
+		// over.
+		span := g.MaxRange()
+		for ws := from; ws.Before(to); {
+			we := time.Unix(0, 0).UTC().Add(ws.Sub(time.Unix(0, 0)).Truncate(span)).Add(span)
+			if we.After(to) {
+				we = to
+			}
+			reqs, err := metricsapi.Plan(metricsapi.Query{
+				Dataset: ds.Name, Environments: envs, Granularity: g,
+				Start: ws, End: we, Labels: labels, Metrics: ds.MetricNames(),
+			})
+			if err != nil {
+				return nil, nil, fmt.Errorf("backfill %s: %w", ds.Name, err)
+			}
+			for _, r := range reqs {
+				chunks = append(chunks, Chunk{ID: chunkID(r), Dataset: ds, Request: r})
+			}
+			ws = we
 		}
 	}
 	return chunks, clamped, nil

@@ -22,7 +22,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
-var now = time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+var now = time.Date(2026, 11, 20, 0, 0, 0, 0, time.UTC)
 
 func testLogger() *slog.Logger {
 	if os.Getenv("EDGEPIPE_TEST_LOG") != "" {

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/model"
+	"golang.org/x/term"
+
+	"github.com/edgepipe/edgepipe/internal/backfill"
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+)
+
+// backfillExtension is the `exporter backfill` command: it loads a range of
+// history into ClickHouse.
+type backfillExtension struct {
+	cmd      *kingpin.CmdClause
+	ch       *clickhouseFlags
+	from, to string
+	datasets []string
+	fresh    bool
+	progress string
+}
+
+func newBackfillExtension() extension { return &backfillExtension{} }
+
+func (e *backfillExtension) register(app *kingpin.Application, _ *kingpin.CmdClause) {
+	e.cmd = app.Command("backfill", "Load a range of history into ClickHouse (resumable: run the same command again after an interruption).")
+	e.ch = addClickHouseFlags(e.cmd)
+	e.cmd.Flag("from", "Start of the range: RFC 3339 (2026-11-01T00:00:00Z), a date (2026-11-01, UTC) or an age (7d = seven days ago). "+
+		"Capped at each dataset's retention.").Required().StringVar(&e.from)
+	e.cmd.Flag("to", "End of the range (exclusive), same forms as --from; capped at the current bucket.").Default("now").StringVar(&e.to)
+	e.cmd.Flag("dataset", "Dataset to load (repeatable; default: every dataset offering --granularity).").StringsVar(&e.datasets)
+	e.cmd.Flag("restart", "Ignore what earlier runs recorded as loaded and load the whole range again.").BoolVar(&e.fresh)
+	e.cmd.Flag("progress", "Progress display: auto (a bar on a terminal, lines otherwise), bar, lines or none.").
+		Default("auto").EnumVar(&e.progress, "auto", "bar", "lines", "none")
+}
+
+func (e *backfillExtension) setup(context.Context, *host) (parts, error) { return parts{}, nil }
+
+func (e *backfillExtension) command(ctx context.Context, cmd string, h *host) (bool, error) {
+	if e.cmd == nil || cmd != e.cmd.FullCommand() {
+		return false, nil
+	}
+	return true, e.run(ctx, h)
+}
+
+func (e *backfillExtension) run(ctx context.Context, h *host) error {
+	if !e.ch.enabled() {
+		return errors.New("backfill: --clickhouse.dsn (or EDGEPIPE_CLICKHOUSE_DSN) is required")
+	}
+	now := time.Now
+	t := now()
+	from, err := parseInstant(e.from, t)
+	if err != nil {
+		return fmt.Errorf("--from: %w", err)
+	}
+	to, err := parseInstant(e.to, t)
+	if err != nil {
+		return fmt.Errorf("--to: %w", err)
+	}
+	g := h.common.granularity
+	from, to = g.Truncate(from), g.Truncate(to.Add(g.Duration()-time.Nanosecond))
+	if !from.Before(to) {
+		return fmt.Errorf("backfill: --from %s is not before --to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+
+	cl, err := h.clients(ctx)
+	if err != nil {
+		return err
+	}
+	envs, err := h.environments(cl).Environments(ctx)
+	if err != nil {
+		return fmt.Errorf("backfill: list environments: %w", err)
+	}
+	all, err := cl.Metrics.Datasets(ctx)
+	if err != nil {
+		return fmt.Errorf("backfill: list datasets: %w", err)
+	}
+	dss, err := pickDatasets(all, e.datasets)
+	if err != nil {
+		return err
+	}
+
+	sink, err := e.ch.newSink(h, nil)
+	if err != nil {
+		return err
+	}
+	defer sink.Close(context.Background())
+	db, err := sink.DB(ctx)
+	if err != nil {
+		return fmt.Errorf("backfill: %w", err)
+	}
+	var progress backfill.Progress
+	progress, err = backfill.NewClickHouseProgress(ctx, db)
+	if err != nil {
+		return err
+	}
+	if e.fresh {
+		progress = backfill.Fresh{Progress: progress}
+	}
+	// Progress goes to the terminal's stderr, not to the log.
+	stderr := os.Stderr
+	var reporter backfill.Reporter
+	switch e.progress {
+	case "bar":
+		reporter = backfill.NewReporter(stderr, true)
+	case "lines":
+		reporter = backfill.NewReporter(stderr, false)
+	case "auto":
+		reporter = backfill.NewReporter(stderr, term.IsTerminal(int(stderr.Fd())))
+	}
+	h.log.Info("backfill starting", "from", from.Format(time.RFC3339), "to", to.Format(time.RFC3339),
+		"granularity", g, "datasets", len(dss), "environments", len(envs), "clickhouse", chsink.RedactDSN(e.ch.dsn),
+		"restart", e.fresh)
+	sum, err := backfill.Run(ctx, backfill.Config{
+		Datasets: dss, Environments: envs, Granularity: g, From: from, To: to,
+		Fetcher: cl.Metrics, Writer: sink, Progress: progress, Reporter: reporter,
+		Logger: h.log.With("component", "backfill"), Now: now,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("backfill interrupted after %d of %d chunks; run the same command again to resume", sum.Loaded+sum.Skipped, sum.Chunks)
+		}
+		return err
+	}
+	h.log.Info("backfill finished", "chunks", sum.Chunks, "loaded", sum.Loaded, "skipped", sum.Skipped,
+		"rows", sum.Rows, "took", sum.Elapsed.Round(time.Millisecond), "clamped_to_retention", strings.Join(sum.Clamped, ","))
+	return nil
+}
+
+// pickDatasets returns the datasets named (all when names is empty), or an
+// error naming an unknown one.
+func pickDatasets(all []metricsapi.Dataset, names []string) ([]metricsapi.Dataset, error) {
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []metricsapi.Dataset
+	for _, n := range names {
+		for _, part := range strings.Split(n, ",") {
+			part = strings.TrimSpace(part)
+			i := slices.IndexFunc(all, func(d metricsapi.Dataset) bool { return d.Name == part })
+			if i < 0 {
+				known := make([]string, len(all))
+				for j, d := range all {
+					known[j] = d.Name
+				}
+				return nil, fmt.Errorf("--dataset %q: unknown (the API offers %s)", part, strings.Join(known, ", "))
+			}
+			out = append(out, all[i])
+		}
+	}
+	return out, nil
+}
+
+// parseInstant parses an RFC 3339 time, a date (UTC midnight), "now", or an
+// age such as 7d or 36h (that long before now).
+func parseInstant(s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "now" {
+		return now.UTC(), nil
+	}
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	if d, err := model.ParseDuration(strings.TrimPrefix(s, "-")); err == nil {
+		return now.Add(-time.Duration(d)).UTC(), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither a time (2026-11-01T00:00:00Z, 2026-11-01) nor an age (7d, 36h)", s)
+}

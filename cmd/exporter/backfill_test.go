@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/platform"
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+func TestParseInstant(t *testing.T) {
+	now := time.Date(2026, 11, 20, 12, 34, 56, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Time
+		err  bool
+	}{
+		{in: "now", want: now},
+		{in: "", want: now},
+		{in: "2026-11-01", want: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)},
+		{in: "2026-11-01T06:30", want: time.Date(2026, 11, 1, 6, 30, 0, 0, time.UTC)},
+		{in: "2026-11-01T06:30:00+02:00", want: time.Date(2026, 11, 1, 4, 30, 0, 0, time.UTC)},
+		{in: "7d", want: now.Add(-7 * 24 * time.Hour)},
+		{in: "-36h", want: now.Add(-36 * time.Hour)},
+		{in: "yesterday", err: true},
+	} {
+		got, err := parseInstant(tc.in, now)
+		if tc.err {
+			if err == nil {
+				t.Errorf("parseInstant(%q) = %s, want error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || !got.Equal(tc.want) {
+			t.Errorf("parseInstant(%q) = %s, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// TestBackfillCommand runs `exporter backfill` as a user would (flags,
+// discovery of the demo organization, real ClickHouse), checks the request
+// limits at the simulator and the stored rows, then runs it again: every
+// chunk is recorded, so nothing is fetched twice.
+func TestBackfillCommand(t *testing.T) {
+	ch := testenv.ClickHouse(t)
+	sim := platformsim.New(platformsim.Config{Seed: 5})
+	base, err := sim.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	t.Setenv(envClientID, platformsim.DemoClientID)
+	t.Setenv(envClientSecret, platformsim.DemoClientSecret)
+	t.Setenv(envEnvironmentIDs, "")
+	t.Setenv(envOrganizations, "")
+	t.Setenv("EDGEPIPE_CLICKHOUSE_DSN", "")
+
+	// The day before yesterday: settled data, and the same range when the
+	// command runs again.
+	midnight := time.Now().UTC().Truncate(24 * time.Hour)
+	from, to := midnight.Add(-48*time.Hour), midnight.Add(-24*time.Hour)
+	args := []string{"backfill", "--api.url=" + base, "--organization-id=" + platformsim.DemoOrganizationID,
+		"--clickhouse.dsn=" + ch.DSN("cli"), "--from=" + from.Format("2006-01-02"), "--to=" + to.Format(time.RFC3339),
+		"--dataset=origin_offload", "--dataset=edge_errors", "--progress=lines", "--log.level=warn"}
+	stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Progress is written to os.Stderr (a terminal or a log, not the
+	// logger): capture it in a file, which also selects plain lines.
+	realStderr := os.Stderr
+	os.Stderr = stderr
+	t.Cleanup(func() { os.Stderr = realStderr })
+	if err := run(context.Background(), args, stderr); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := os.ReadFile(stderr.Name())
+	if !strings.Contains(string(out), "backfill done") || !strings.Contains(string(out), "chunks (API requests)") {
+		t.Errorf("no progress lines:\n%s", out)
+	}
+	st := sim.Stats()
+	if len(st.Data) == 0 {
+		t.Fatal("no data requests reached the simulator")
+	}
+	for _, r := range st.Data {
+		if len(r.Environments) > metricsapi.MaxFilterValues || r.End.Sub(r.Start) > 24*time.Hour || r.Status != 200 {
+			t.Errorf("request %s %s..%s with %d environments answered %d", r.Dataset, r.Start, r.End, len(r.Environments), r.Status)
+		}
+	}
+	// 2 datasets × 1 day × 2 environment batches (25 environments).
+	if len(st.Data) != 4 {
+		t.Errorf("%d data requests, want 4", len(st.Data))
+	}
+
+	// Rows of settled buckets equal the simulator's.
+	conn := ch.Conn(t)
+	pc, err := platform.New(platform.Config{BaseURL: base, AuthURL: base, ClientID: platformsim.DemoClientID, ClientSecret: platformsim.DemoClientSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := metricsapi.NewClient(pc.Metrics())
+	res, err := api.Data(context.Background(), metricsapi.Query{Dataset: "origin_offload", Environments: sim.EnvironmentIDs(),
+		Granularity: metricsapi.FiveMinutes, Start: from, End: to})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored uint64
+	var sum float64
+	if err := conn.QueryRow(context.Background(), "SELECT count(), sum(toFloat64(requests_edge_total)) FROM cli.origin_offload FINAL WHERE time >= toDateTime(?) AND time < toDateTime(?)",
+		from.Unix(), to.Unix()).Scan(&stored, &sum); err != nil {
+		t.Fatal(err)
+	}
+	var want float64
+	i := 0
+	for j, m := range res.Metrics {
+		if m == "requests_edge_total" {
+			i = j
+		}
+	}
+	for _, r := range res.Rows {
+		want += r.Values[i]
+	}
+	if stored != uint64(len(res.Rows)) || sum != want {
+		t.Errorf("stored %d rows summing %v requests, simulator %d rows summing %v", stored, sum, len(res.Rows), want)
+	}
+
+	// Again: everything is recorded as loaded.
+	sim.ResetStats()
+	if err := run(context.Background(), args, stderr); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sim.Stats().Data); n != 0 {
+		t.Errorf("second run sent %d data requests, want 0", n)
+	}
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/model"
+
+	"github.com/edgepipe/edgepipe/internal/schedule"
+	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+)
+
+// envClickHousePassword holds the ClickHouse password when it is not in the
+// DSN (secrets never in flag values).
+const envClickHousePassword = "EDGEPIPE_CLICKHOUSE_PASSWORD"
+
+// clickhouseFlags are the --clickhouse.* flags, shared by the run and
+// backfill commands.
+type clickhouseFlags struct {
+	dsn          string
+	passwordFile string
+	retention    model.Duration
+	maxBackfill  model.Duration
+	cluster      string
+	queueRows    int
+}
+
+// addClickHouseFlags registers the --clickhouse.* flags on cmd.
+func addClickHouseFlags(cmd *kingpin.CmdClause) *clickhouseFlags {
+	f := &clickhouseFlags{}
+	cmd.Flag("clickhouse.dsn", "Enables the ClickHouse sink: native-protocol DSN, e.g. clickhouse://127.0.0.1:9000/cdn "+
+		"(database created if missing). The password goes in "+envClickHousePassword+" or --clickhouse.password-file, not here.").
+		Envar("EDGEPIPE_CLICKHOUSE_DSN").PlaceHolder("clickhouse://HOST:9000/DB").StringVar(&f.dsn)
+	cmd.Flag("clickhouse.password-file", "File holding the ClickHouse password (instead of "+envClickHousePassword+").").
+		StringVar(&f.passwordFile)
+	cmd.Flag("clickhouse.retention", "Drop rows older than this (table TTL, e.g. 32d; servers from 19.6 on). 0 keeps everything.").
+		Default("0s").SetValue(&f.retention)
+	cmd.Flag("clickhouse.max-backfill", "At start, resume each dataset from the newest stored bucket, but reach back at most this far (e.g. 24h, 3d).").
+		Default("24h").SetValue(&f.maxBackfill)
+	cmd.Flag("clickhouse.cluster", "Create tables ON CLUSTER with Replicated engines and a Distributed table per dataset (needs macros {shard} and {replica}).").
+		PlaceHolder("NAME").StringVar(&f.cluster)
+	cmd.Flag("clickhouse.queue-rows", "Rows held in memory while ClickHouse is slow or down; beyond it batches are dropped and counted.").
+		Default("1000000").IntVar(&f.queueRows)
+	return f
+}
+
+// enabled reports whether a DSN was given.
+func (f *clickhouseFlags) enabled() bool { return strings.TrimSpace(f.dsn) != "" }
+
+// password reads the password from --clickhouse.password-file or the
+// environment ("" when neither is set: the DSN's, if any, applies).
+func (f *clickhouseFlags) password() (string, error) {
+	if f.passwordFile != "" {
+		b, err := os.ReadFile(f.passwordFile)
+		if err != nil {
+			return "", fmt.Errorf("--clickhouse.password-file: %w", err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	return os.Getenv(envClickHousePassword), nil
+}
+
+// newSink builds the ClickHouse sink from the flags (not started).
+func (f *clickhouseFlags) newSink(h *host, reg prometheus.Registerer) (*chsink.Sink, error) {
+	pw, err := f.password()
+	if err != nil {
+		return nil, err
+	}
+	if f.queueRows <= 0 {
+		return nil, fmt.Errorf("--clickhouse.queue-rows must be positive, got %d", f.queueRows)
+	}
+	if f.retention < 0 || f.maxBackfill < 0 {
+		return nil, fmt.Errorf("--clickhouse.retention and --clickhouse.max-backfill must not be negative")
+	}
+	sink, err := chsink.NewSink(chsink.SinkConfig{
+		DSN:         strings.TrimSpace(f.dsn),
+		Password:    pw,
+		Retention:   time.Duration(f.retention),
+		Cluster:     f.cluster,
+		MaxBackfill: time.Duration(f.maxBackfill),
+		QueueRows:   f.queueRows,
+		Logger:      h.log.With("component", "clickhouse"),
+		Registerer:  reg,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ClickHouse sink: %w", err)
+	}
+	return sink, nil
+}
+
+// clickhouseExtension adds the ClickHouse sink to the run command.
+type clickhouseExtension struct {
+	flags *clickhouseFlags
+}
+
+func newClickHouseExtension() extension { return &clickhouseExtension{} }
+
+func (e *clickhouseExtension) register(_ *kingpin.Application, run *kingpin.CmdClause) {
+	e.flags = addClickHouseFlags(run)
+}
+
+// setup starts the sink: it connects in the background (an unreachable
+// ClickHouse does not stop the exporter; rows queue until it is back) and
+// serves as the scheduler's resume source.
+func (e *clickhouseExtension) setup(_ context.Context, h *host) (parts, error) {
+	if !e.flags.enabled() {
+		return parts{}, nil
+	}
+	sink, err := e.flags.newSink(h, h.registerer)
+	if err != nil {
+		return parts{}, err
+	}
+	sink.Start()
+	h.log.Info("ClickHouse sink enabled", "dsn", chsink.RedactDSN(e.flags.dsn),
+		"max_backfill", e.flags.maxBackfill.String(), "retention", e.flags.retention.String(), "cluster", e.flags.cluster)
+	return parts{
+		publishers: []schedule.NamedPublisher{{Name: "clickhouse", Publisher: sink}},
+		resume:     sink,
+		close:      sink.Close,
+	}, nil
+}
+
+func (e *clickhouseExtension) command(context.Context, string, *host) (bool, error) { return false, nil }
