@@ -125,4 +125,6 @@ func (e *clickhouseExtension) setup(_ context.Context, h *host) (parts, error) {
 	}, nil
 }
 
-func (e *clickhouseExtension) command(context.Context, string, *host) (bool, error) { return false, nil }
+func (e *clickhouseExtension) command(context.Context, string, *host) (bool, error) {
+	return false, nil
+}
