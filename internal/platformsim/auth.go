@@ -38,12 +38,22 @@ func covered(have []string, want string) bool {
 	return false
 }
 
-func tokenError(w http.ResponseWriter, status int, code, description string) {
-	title := "Unauthorized"
-	if status == http.StatusBadRequest {
-		title = "Bad Request"
+// tokenError writes the spec's Error object plus the standard OAuth2 error
+// fields (RFC 6749 5.2: error, error_description), so OAuth2 libraries
+// report the reason too.
+func tokenError(w http.ResponseWriter, status int, code, title, description string, d ErrorDetail) {
+	if status == http.StatusUnauthorized && code == "invalid_client" {
+		w.Header().Set("WWW-Authenticate", `Basic realm="token"`)
 	}
-	writeError(w, status, code, title, description, detail("token", description))
+	writeJSON(w, status, struct {
+		errorBody
+		OAuthError       string `json:"error"`
+		OAuthDescription string `json:"error_description"`
+	}{
+		errorBody:        errorBody{Type: "Error", Code: code, StatusCode: status, Title: title, Description: description, Details: []ErrorDetail{d}},
+		OAuthError:       code,
+		OAuthDescription: description,
+	})
 }
 
 // handleToken implements POST /connect/token (spec 5.1): client credentials
@@ -51,19 +61,19 @@ func tokenError(w http.ResponseWriter, status int, code, description string) {
 // (client_secret_basic).
 func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	if ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || ct != "application/x-www-form-urlencoded" {
-		writeError(w, http.StatusBadRequest, "invalid_request", "Bad Request",
+		tokenError(w, http.StatusBadRequest, "invalid_request", "Bad Request",
 			"The token request must be a form (Content-Type: application/x-www-form-urlencoded).",
 			detail("Content-Type", "got "+strconv.Quote(r.Header.Get("Content-Type"))))
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", "Bad Request", "Malformed form body.", detail("body", err.Error()))
+		tokenError(w, http.StatusBadRequest, "invalid_request", "Bad Request", "Malformed form body.", detail("body", err.Error()))
 		return
 	}
 	form := r.PostForm
 	if gt := form.Get("grant_type"); gt != "client_credentials" {
-		writeError(w, http.StatusBadRequest, "unsupported_grant_type", "Bad Request",
+		tokenError(w, http.StatusBadRequest, "unsupported_grant_type", "Bad Request",
 			"Only grant_type client_credentials is supported.", detail("grant_type", "got "+strconv.Quote(gt)))
 		return
 	}
@@ -88,7 +98,7 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if client == nil {
-		writeError(w, http.StatusUnauthorized, "invalid_client", "Unauthorized",
+		tokenError(w, http.StatusUnauthorized, "invalid_client", "Unauthorized",
 			"Unknown client or wrong client secret.", detail("client_id", "client authentication failed"))
 		return
 	}
@@ -96,7 +106,7 @@ func (s *Server) handleToken(w http.ResponseWriter, r *http.Request) {
 	raw := form.Get("scope")
 	for _, sc := range strings.FieldsFunc(raw, func(r rune) bool { return r == ' ' || r == '+' }) {
 		if !covered(client.Scopes, sc) {
-			writeError(w, http.StatusUnauthorized, "invalid_scope", "Unauthorized",
+			tokenError(w, http.StatusUnauthorized, "invalid_scope", "Unauthorized",
 				"The client may not request scope "+strconv.Quote(sc)+".", detail("scope", "scope "+strconv.Quote(sc)+" is not granted to this client"))
 			return
 		}

@@ -55,7 +55,10 @@ func TestTokenEndpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := tokenRequest(t, base, tc.form)
 			if tc.status != http.StatusOK {
-				checkError(t, r, tc.status, tc.source)
+				m := checkError(t, r, tc.status, tc.source)
+				if m["error"] != m["code"] || m["error_description"] == "" {
+					t.Fatalf("no OAuth2 error fields: %s", r.body)
+				}
 				return
 			}
 			if r.status != 200 {
