@@ -108,7 +108,7 @@ func (e *clickhouseExtension) register(_ *kingpin.Application, run *kingpin.CmdC
 // ClickHouse does not stop the exporter; rows queue until it is back) and
 // serves as the scheduler's resume source.
 func (e *clickhouseExtension) setup(_ context.Context, h *host) (parts, error) {
-	if !e.flags.enabled() {
+	if e.flags == nil || !e.flags.enabled() {
 		return parts{}, nil
 	}
 	sink, err := e.flags.newSink(h, h.registerer)
