@@ -259,6 +259,19 @@ var (
 	queryResult   = regexp.MustCompile(`^\s*query_result\((.*)\)\s*$`)
 )
 
+// LabelValuesQuery splits Grafana's label_values(selector, label) into its
+// parts; selector is empty for label_values(label). ok is false for any
+// other variable query.
+func LabelValuesQuery(q string) (selector, label string, ok bool) {
+	if m := labelValuesOf.FindStringSubmatch(q); m != nil {
+		return strings.TrimSpace(m[1]), m[2], true
+	}
+	if m := labelValues.FindStringSubmatch(q); m != nil {
+		return "", m[1], true
+	}
+	return "", "", false
+}
+
 // PromQLOfVariable turns a Prometheus variable query (Grafana's
 // label_values(selector, label), label_values(label), query_result(expr))
 // into a PromQL query with the same series: what Grafana asks the label

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 
+	"github.com/edgepipe/edgepipe/internal/sinks/otel/otlptest"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -39,10 +39,15 @@ func TestDashboardsEndToEnd(t *testing.T) {
 	ch := testenv.ClickHouse(t)
 	db := ch.NewDatabase(t)
 
+	// The exporter writes to ClickHouse and OTLP too, so the dashboards'
+	// sink panels have data.
+	_, otlpAddr := otlptest.StartGRPC(t)
 	exporterAddr, receiverAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	startProgram(t, bins["exporter"],
 		"--simulate",
 		"--web.listen-address="+exporterAddr,
+		"--clickhouse.dsn="+ch.DSN(ch.NewDatabase(t)),
+		"--otlp.endpoint=http://"+otlpAddr,
 		// Poll often: the simulator's counts grow between polls (late
 		// data), so counters move and rates are non-zero within seconds.
 		"--poll-interval=2s",
@@ -78,6 +83,8 @@ func TestDashboardsEndToEnd(t *testing.T) {
 			`count(cdn_edge_usage_by_country_requests_edge_total) > 0`,
 			`count(cdn_origin_errors_requests_origin_total) > 0`,
 			`sum(edgepipe_rtld_records_received_total{status="accepted"}) > 0`,
+			`sum(edgepipe_clickhouse_rows_written_total) > 0`,
+			`sum(edgepipe_otlp_exported_points_total) > 0`,
 		} {
 			v, err := prom.Query(ctx, q)
 			if err != nil {
@@ -180,9 +187,9 @@ func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.Prom
 			case q.Language == ClickHouseSQL:
 				vals, err = sqlFirstColumn(conn, text)
 			case sel.all:
-				vals, err = promLabelValues(prom, PromQLOfVariable(text))
+				vals, err = promLabelValues(prom.API(), text, base)
 			default:
-				vals, err = promBusiestValue(prom, PromQLOfVariable(text))
+				vals, err = promBusiestValue(prom.API(), text, base)
 			}
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", q.Where, err, text)
@@ -200,47 +207,58 @@ func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.Prom
 	return all, one
 }
 
-// promBusiestValue turns "count by (label) (selector)" into the label value
-// with the largest sum of the selector's series.
-func promBusiestValue(prom *testenv.PrometheusServer, q string) ([]string, error) {
-	m := byLabel.FindStringSubmatch(q)
-	if m == nil {
-		return nil, fmt.Errorf("cannot tell the label of %q", q)
+// promBusiestValue returns the value of a label_values(selector, label)
+// variable whose series have the largest sum at the end of the range (their
+// last sample in it, so a failed scrape's staleness does not hide them).
+func promBusiestValue(api promv1.API, q string, v Values) ([]string, error) {
+	selector, label, ok := LabelValuesQuery(q)
+	if !ok || selector == "" {
+		return nil, fmt.Errorf("not label_values(selector, label): %q", q)
 	}
-	inner := strings.TrimSpace(strings.TrimPrefix(q, m[0]))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v, err := prom.Query(ctx, fmt.Sprintf("sort_desc(sum by (%s) %s)", m[1], inner))
+	expr := fmt.Sprintf("sort_desc(sum by (%s) (last_over_time(%s[%s])))", label, selector, promDuration(v.To.Sub(v.From)))
+	val, _, _, err := api.Query(ctx, expr, v.To)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", expr, err)
 	}
-	vec, ok := v.(model.Vector)
+	vec, ok := val.(model.Vector)
 	if !ok || len(vec) == 0 {
-		return nil, fmt.Errorf("no series for %s", q)
+		return nil, fmt.Errorf("no series for %s", expr)
 	}
-	return []string{string(vec[0].Metric[model.LabelName(m[1])])}, nil
+	return []string{string(vec[0].Metric[model.LabelName(label)])}, nil
 }
 
-// promLabelValues runs a "count by (label) (…)" query and returns the label's
-// values.
-func promLabelValues(prom *testenv.PrometheusServer, q string) ([]string, error) {
-	m := byLabel.FindStringSubmatch(q)
-	if m == nil {
-		return nil, fmt.Errorf("cannot tell the label of %q", q)
+// promLabelValues resolves label_values(selector, label) the way Grafana
+// does: the label's values among the series that exist in the dashboard's
+// time range (/api/v1/series, or /api/v1/label/…/values without selector).
+func promLabelValues(api promv1.API, q string, v Values) ([]string, error) {
+	selector, label, ok := LabelValuesQuery(q)
+	if !ok {
+		return nil, fmt.Errorf("not a label_values query: %q", q)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v, err := prom.Query(ctx, q)
+	if selector == "" {
+		vals, _, _, err := api.LabelValues(ctx, label, nil, v.From, v.To)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]string, len(vals))
+		for i, s := range vals {
+			out[i] = string(s)
+		}
+		return out, nil
+	}
+	series, _, _, err := api.Series(ctx, []string{selector}, v.From, v.To)
 	if err != nil {
 		return nil, err
 	}
-	vec, ok := v.(model.Vector)
-	if !ok {
-		return nil, fmt.Errorf("%s: got %s, want a vector", q, v.Type())
-	}
+	seen := map[string]bool{}
 	var out []string
-	for _, s := range vec {
-		if l := string(s.Metric[model.LabelName(m[1])]); l != "" {
+	for _, s := range series {
+		if l := string(s[model.LabelName(label)]); l != "" && !seen[l] {
+			seen[l] = true
 			out = append(out, l)
 		}
 	}
@@ -417,6 +435,3 @@ func waitFor(t *testing.T, timeout time.Duration, ready func(context.Context) er
 		time.Sleep(time.Second)
 	}
 }
-
-// byLabel finds the label of PromQLOfVariable's "count by (label) (…)".
-var byLabel = regexp.MustCompile(`^count by \(([A-Za-z_][A-Za-z0-9_]*)\)`)
