@@ -3,13 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -122,8 +120,8 @@ func startExporter(t *testing.T, o testOptions) *testExporter {
 			if err != nil {
 				t.Errorf("exporter: %v", err)
 			}
-		case <-time.After(15 * time.Second):
-			t.Error("exporter did not stop within 15s")
+		case <-time.After(rf.shutdownTimeout + 15*time.Second):
+			t.Error("exporter did not stop in time")
 		}
 	}
 	t.Cleanup(te.stop)
@@ -347,5 +345,3 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-var _ = os.Getenv
-var _ = fmt.Sprint

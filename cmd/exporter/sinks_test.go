@@ -29,6 +29,7 @@ func TestOTLPReceivesEveryBucket(t *testing.T) {
 	te := startExporter(t, testOptions{sim: platformsim.Config{Environments: 3}, run: func(f *runFlags) {
 		f.otlpEndpoint = "http://" + addr
 		f.otlpProtocol = "grpc"
+		f.shutdownTimeout = time.Minute // -race makes draining ~50k points slow
 	}})
 	envs := te.sim.EnvironmentIDs()
 	datasets := te.sim.DatasetNames()
