@@ -360,6 +360,9 @@ func (s *Sink) dropQueueLocked(reason string) {
 	s.metrics.queueRows.Set(0)
 }
 
+// maxInsertRows bounds the rows merged into one INSERT.
+const maxInsertRows = 200_000
+
 // writeAll writes the blocks, merged into one INSERT per dataset and column
 // set, and returns the blocks that could not be written (to retry).
 func (s *Sink) writeAll(items []*block) []*block {
@@ -370,14 +373,22 @@ func (s *Sink) writeAll(items []*block) []*block {
 		s.log.Warn("ClickHouse unavailable, will retry", "err", err, "queued_rows", s.QueuedRows())
 		return items
 	}
+	// One INSERT per dataset and column set, each of at most
+	// maxInsertRows rows (after an outage the queue may hold many polls).
 	groups := make(map[string][]*block)
+	groupRows := make(map[string]int)
 	var order []string
 	for _, it := range items {
-		k := it.signature()
+		sig := it.signature()
+		k := sig
+		for n := 1; groupRows[k] > 0 && groupRows[k]+it.rows > maxInsertRows; n++ {
+			k = sig + "\x00#" + strconv.Itoa(n)
+		}
 		if _, ok := groups[k]; !ok {
 			order = append(order, k)
 		}
 		groups[k] = append(groups[k], it)
+		groupRows[k] += it.rows
 	}
 	var failed []*block
 	for _, k := range order {

@@ -2,6 +2,8 @@ package clickhouse_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +122,29 @@ func TestNewMetricAddsColumn(t *testing.T) {
 	}
 	if status != 503 || total != 9 || ratio != 0.25 {
 		t.Errorf("new row = %d %d %v, want 503 9 0.25", status, total, ratio)
+	}
+
+	// A new dimension joins the sorting key, so rows differing only in it
+	// stay apart under FINAL.
+	ds3 := ds2
+	ds3.Dimensions = append(append([]metricsapi.Dimension{}, ds2.Dimensions...), metricsapi.Dimension{Name: "country_code", Type: metricsapi.TypeString})
+	t3 := at.Add(10 * time.Minute)
+	b3 := &schedule.Batch{Dataset: &ds3, Granularity: metricsapi.FiveMinutes, Labels: []string{"http_status_code", "country_code"}, Metrics: b2.Metrics,
+		Updates: []schedule.Update{
+			{Row: metricsapi.Row{Time: t3, Environment: "e", Labels: []string{"503", "de"}, Values: []float64{1, 0.5}}},
+			{Row: metricsapi.Row{Time: t3, Environment: "e", Labels: []string{"503", "fr"}, Values: []float64{2, 0.5}}},
+		}}
+	if _, err := sink.Write(ctx, b3); err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	if err := conn.QueryRow(ctx, "SELECT sorting_key FROM system.tables WHERE database = 'migrate' AND name = 'edge_errors'").Scan(&key); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(key, "country_code") {
+		t.Errorf("sorting key %q does not end in the new dimension", key)
+	}
+	if n := countRows(t, conn, fmt.Sprintf("SELECT count() FROM migrate.edge_errors FINAL WHERE time = toDateTime(%d)", t3.Unix())); n != 2 {
+		t.Errorf("%d rows for two countries under FINAL, want 2", n)
 	}
 }
