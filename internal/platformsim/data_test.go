@@ -681,3 +681,40 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("stats %v", st.Requests)
 	}
 }
+
+// TestGranularitiesAgree checks that coarser buckets tell the same story as
+// finer ones: they are drawn independently from the same curves, so a day's
+// total agrees closely, not exactly.
+func TestGranularitiesAgree(t *testing.T) {
+	srv := platformsim.New(platformsim.Config{Seed: 8})
+	defer srv.Close()
+	day := time.Date(2026, 11, 19, 0, 0, 0, 0, time.UTC)
+	at := day.Add(48 * time.Hour)
+	total := func(env string, g metricsapi.Granularity) float64 {
+		rows, err := srv.Rows("edge_usage_by_country", env, g, day, day.Add(24*time.Hour), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s float64
+		for _, r := range rows {
+			s += r.Values[0]
+		}
+		return s
+	}
+	checked := 0
+	for _, env := range srv.EnvironmentIDs() {
+		five := total(env, metricsapi.FiveMinutes)
+		if five < 1e6 {
+			continue // small environments are noisy
+		}
+		checked++
+		for _, g := range []metricsapi.Granularity{metricsapi.Hour, metricsapi.Day} {
+			if v := total(env, g); math.Abs(v-five) > 0.05*five {
+				t.Errorf("%s: day total %v at %s, %v at FIVE_MINUTES", env, v, g, five)
+			}
+		}
+	}
+	if checked < 5 {
+		t.Fatalf("only %d large environments", checked)
+	}
+}

@@ -344,7 +344,10 @@ func (b *bucketCtx) countries() []countryFinal {
 		if wd := local.Weekday(); wd == time.Saturday || wd == time.Sunday {
 			shape *= 1 - m.weekendDip
 		}
-		lambda := m.peakRPS * m.countryW[i] * shape * b.seconds * math.Exp(0.08*ch.s("noise").z())
+		// Noise of a five-minute bucket; a longer bucket averages many, so
+		// its noise shrinks with the square root of its length.
+		sd := 0.08 * math.Sqrt(300/b.seconds)
+		lambda := m.peakRPS * m.countryW[i] * shape * b.seconds * math.Exp(sd*ch.s("noise").z())
 		edge := ch.s("edge").poisson(lambda)
 		if edge == 0 {
 			continue
