@@ -114,14 +114,17 @@ type lineCounter struct {
 
 func (c *lineCounter) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	for i := 0; i < n; i++ {
-		if p[i] == '\n' {
-			c.lines++
-			c.nlOffsets = append(c.nlOffsets, c.read+int64(i))
-			if len(c.nlOffsets) > 4096 {
-				c.nlOffsets = append(c.nlOffsets[:0], c.nlOffsets[2048:]...)
-			}
+	for i := 0; i < n; {
+		j := bytes.IndexByte(p[i:n], '\n')
+		if j < 0 {
+			break
 		}
+		c.lines++
+		c.nlOffsets = append(c.nlOffsets, c.read+int64(i+j))
+		if len(c.nlOffsets) > 4096 {
+			c.nlOffsets = append(c.nlOffsets[:0], c.nlOffsets[2048:]...)
+		}
+		i += j + 1
 	}
 	c.read += int64(n)
 	return n, err
@@ -325,35 +328,52 @@ type envelope struct {
 // that a json_lines record which happens to use one of these keys is not
 // rejected before it is known to be a record.
 type wireEnvelope struct {
-	AccountNumber json.RawMessage    `json:"account_number"`
-	AgentID       json.RawMessage    `json:"agent_id"`
-	Datestamp     json.RawMessage    `json:"datestamp"`
-	Platform      json.RawMessage    `json:"platform"`
-	ProfileID     json.RawMessage    `json:"profile_id"`
-	SeqNum        json.RawMessage    `json:"seq_num"`
-	Logs          *[]json.RawMessage `json:"logs"`
+	AccountNumber, AgentID, Datestamp, Platform, ProfileID, SeqNum, Logs json.RawMessage
 }
 
 // parseEnvelope decodes the json format's envelope. It reports false when obj
-// has no "logs" member (it is then a json_lines record).
+// has no "logs" member (it is then a json_lines record). obj must be valid
+// JSON (the decoder checked it); the records alias it.
 func parseEnvelope(obj json.RawMessage) (envelope, bool, error) {
 	var w wireEnvelope
-	if err := json.Unmarshal(obj, &w); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field == "logs" {
-			return envelope{}, true, errors.New(`"logs" must be an array of record objects`)
+	if err := EachMember(obj, func(key []byte, escaped bool, v []byte) {
+		switch UnescapeKey(key, escaped) {
+		case "logs":
+			w.Logs = v
+		case "account_number":
+			w.AccountNumber = v
+		case "agent_id":
+			w.AgentID = v
+		case "datestamp":
+			w.Datestamp = v
+		case "platform":
+			w.Platform = v
+		case "profile_id":
+			w.ProfileID = v
+		case "seq_num":
+			w.SeqNum = v
 		}
-		// A record whose members do not fit the envelope's shape.
+	}); err != nil {
+		return envelope{}, false, fmt.Errorf("decoding object: %w", err)
+	}
+	if len(w.Logs) == 0 || string(w.Logs) == "null" {
 		return envelope{}, false, nil
 	}
-	if w.Logs == nil {
-		return envelope{}, false, nil
+	e := envelope{SeqNum: NoSeqNum}
+	if w.Logs[0] != '[' {
+		return e, true, errors.New(`"logs" must be an array of record objects`)
 	}
-	e := envelope{SeqNum: NoSeqNum, Logs: *w.Logs}
-	for i, r := range e.Logs {
-		if len(r) == 0 || r[0] != '{' {
-			return e, true, fmt.Errorf("logs[%d] is not a JSON object", i)
+	var bad = -1
+	if err := EachElement(w.Logs, func(v []byte) {
+		if bad < 0 && v[0] != '{' {
+			bad = len(e.Logs)
 		}
+		e.Logs = append(e.Logs, v)
+	}); err != nil {
+		return e, true, fmt.Errorf(`decoding "logs": %w`, err)
+	}
+	if bad >= 0 {
+		return e, true, fmt.Errorf("logs[%d] is not a JSON object", bad)
 	}
 	str := func(key string, raw json.RawMessage, dst *string) error {
 		if len(raw) == 0 || string(raw) == "null" {

@@ -1,6 +1,7 @@
 package rtld
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -35,6 +36,23 @@ func FuzzDecodeBatch(f *testing.F) {
 		for i, r := range b.Records {
 			if len(r) == 0 || r[0] != '{' {
 				t.Fatalf("record %d is not an object: %q", i, r)
+			}
+			// The allocation-free member scanner agrees with encoding/json.
+			var want map[string]json.RawMessage
+			if err := json.Unmarshal(r, &want); err != nil {
+				t.Fatalf("record %d is not valid JSON: %v", i, err)
+			}
+			got := map[string]string{}
+			if err := EachMember(r, func(k []byte, esc bool, v []byte) { got[UnescapeKey(k, esc)] = string(v) }); err != nil {
+				t.Fatalf("EachMember on record %d %q: %v", i, r, err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("EachMember found %d members, encoding/json %d in %q", len(got), len(want), r)
+			}
+			for k, v := range want {
+				if got[k] != string(v) {
+					t.Fatalf("member %q: %q vs %q", k, got[k], v)
+				}
 			}
 		}
 		back, err := UnmarshalBatch(MarshalBatch(b))

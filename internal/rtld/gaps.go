@@ -80,7 +80,7 @@ type savedAgent struct {
 	Env     string               `json:"environment_id"`
 	Profile string               `json:"profile_id"`
 	Agent   string               `json:"agent_id"`
-	Days  map[string]*dayState `json:"days"`
+	Days    map[string]*dayState `json:"days"`
 }
 
 func (g *GapTracker) load() error {

@@ -367,16 +367,9 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) (*
 		}
 	}
 	set := make([]bool, len(cols))
-	var fields map[string]json.RawMessage
 	for _, b := range batches {
 		var batchHash string
 		for ri, raw := range b.Records {
-			clear(fields)
-			if err := json.Unmarshal(raw, &fields); err != nil {
-				// The ingest decoder only spools objects, so this is
-				// corruption; store the record whole rather than lose it.
-				fields = map[string]json.RawMessage{}
-			}
 			for i := range set {
 				set[i] = false
 			}
@@ -387,20 +380,36 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) (*
 				}
 				extra[code] = v
 			}
-			for code, v := range fields {
-				i, ok := byName[code]
-				if !ok {
-					if code == "environment_id" && jsonString(v) == b.EnvironmentID {
-						continue
+			var uuid json.RawMessage
+			err := rtld.EachMember(raw, func(key []byte, escaped bool, v []byte) {
+				i, ok := byName[string(key)]
+				if escaped || !ok {
+					code := rtld.UnescapeKey(key, escaped)
+					if i, ok = byName[code]; !ok {
+						if code == "environment_id" && jsonString(v) == b.EnvironmentID {
+							return
+						}
+						keep(code, v)
+						return
 					}
-					keep(code, v)
-					continue
+				}
+				if string(key) == "uuid" {
+					uuid = v
+				}
+				if set[i] {
+					// A repeated key: the last one wins, as in encoding/json.
+					d.dropLast(i)
 				}
 				if !d.appendValue(i, v) {
-					keep(code, v)
-					continue
+					d.appendZero(i)
+					keep(cols[i].name, v)
 				}
 				set[i] = true
+			})
+			if err != nil {
+				// Ingest only spools valid JSON objects, so this is
+				// corruption: keep the record whole rather than lose it.
+				keep("_unparsed_record", json.RawMessage(strconv.Quote(string(raw))))
 			}
 			for i, ok := range set {
 				if !ok {
@@ -419,7 +428,7 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) (*
 				d.agent = append(d.agent, "")
 				d.datestamp = append(d.datestamp, "")
 				d.seq = append(d.seq, rtld.NoSeqNum)
-				if u := jsonString(fields["uuid"]); u != "" {
+				if u := jsonString(uuid); u != "" {
 					d.recordKey = append(d.recordKey, "uuid:"+u)
 					d.index = append(d.index, 0)
 				} else {
@@ -530,6 +539,23 @@ func (d *columnData) appendValue(i int, v json.RawMessage) bool {
 		return false
 	}
 	return true
+}
+
+// dropLast removes the last value of column i.
+func (d *columnData) dropLast(i int) {
+	switch col := d.values[i].(type) {
+	case []time.Time:
+		d.values[i] = col[:len(col)-1]
+		if d.cols[i].fraction != "" {
+			d.fracs[i] = d.fracs[i][:len(d.fracs[i])-1]
+		}
+	case []int64:
+		d.values[i] = col[:len(col)-1]
+	case []float64:
+		d.values[i] = col[:len(col)-1]
+	case []string:
+		d.values[i] = col[:len(col)-1]
+	}
 }
 
 func (d *columnData) appendZero(i int) {

@@ -1,0 +1,216 @@
+package receiver_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/rtld/receiver"
+	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
+	"github.com/edgepipe/edgepipe/internal/testenv"
+	kgzip "github.com/klauspost/compress/gzip"
+)
+
+// The load: batches in the json format of benchRecords records with every
+// catalogue field, gzipped once before the clock starts, posted by
+// benchClients concurrent clients over loopback HTTP.
+const (
+	benchRecords = 500
+	benchClients = 8
+)
+
+type benchLoad struct {
+	bodies  [][]byte
+	wire    int64 // gzip bytes
+	decoded int64 // JSON bytes
+}
+
+func makeLoad(b *testing.B, n int) benchLoad {
+	b.Helper()
+	r := rand.New(rand.NewPCG(1, 2))
+	fields := logfield.All()
+	var l benchLoad
+	var buf bytes.Buffer
+	for i := 0; i < n; i++ {
+		buf.Reset()
+		fmt.Fprintf(&buf, `{"account_number":"ACME","agent_id":"agent-%d","datestamp":"20261123","platform":"delivery","profile_id":1,"seq_num":%d,"logs":[`, i%16, i/16)
+		for j := 0; j < benchRecords; j++ {
+			if j > 0 {
+				buf.WriteByte(',')
+			}
+			buf.WriteByte('{')
+			for k, f := range fields {
+				if k > 0 {
+					buf.WriteByte(',')
+				}
+				buf.WriteString(strconv.Quote(f.Code))
+				buf.WriteByte(':')
+				switch {
+				case f.Code == "uuid":
+					fmt.Fprintf(&buf, `"%08x-%04x-4%03x-a%03x-%012x"`, r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xfff, r.Uint32()&0xfff, r.Uint64()&0xffffffffffff)
+				case f.Type == logfield.Timestamp:
+					fmt.Fprintf(&buf, "%d.%06d", 1763856000+i, r.IntN(1e6))
+				case f.Type == logfield.Integer:
+					buf.WriteString(strconv.Itoa(r.IntN(100000)))
+				case f.Type == logfield.Float:
+					buf.WriteString(strconv.FormatFloat(r.Float64()*10, 'f', 6, 64))
+				default:
+					fmt.Fprintf(&buf, `"%s-%d"`, f.Code, r.IntN(50))
+				}
+			}
+			buf.WriteByte('}')
+		}
+		buf.WriteString("]}")
+		l.decoded += int64(buf.Len())
+		var z bytes.Buffer
+		w := kgzip.NewWriter(&z)
+		w.Write(buf.Bytes())
+		w.Close()
+		l.bodies = append(l.bodies, z.Bytes())
+		l.wire += int64(z.Len())
+	}
+	return l
+}
+
+// drive posts every body with benchClients clients, then waits for
+// drained, and reports throughput and ack latency.
+func drive(b *testing.B, url string, l benchLoad, drained func() bool) {
+	b.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients}}
+	work := make(chan []byte)
+	lat := make([]time.Duration, 0, len(l.bodies))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for c := 0; c < benchClients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for body := range work {
+				for {
+					req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+					req.Header.Set("Content-Encoding", "gzip")
+					req.SetBasicAuth("bench", "bench")
+					t0 := time.Now()
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusServiceUnavailable {
+						time.Sleep(10 * time.Millisecond)
+						continue
+					}
+					if resp.StatusCode != http.StatusOK {
+						b.Errorf("status %d", resp.StatusCode)
+						return
+					}
+					mu.Lock()
+					lat = append(lat, time.Since(t0))
+					mu.Unlock()
+					break
+				}
+			}
+		}()
+	}
+	for _, body := range l.bodies {
+		work <- body
+	}
+	close(work)
+	wg.Wait()
+	acked := time.Since(start)
+	for !drained() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p99 := lat[len(lat)*99/100]
+	records := float64(len(l.bodies) * benchRecords)
+	b.ReportMetric(records/elapsed.Seconds(), "records/s")
+	b.ReportMetric(float64(l.decoded)/elapsed.Seconds()/1e6, "MB/s")
+	b.ReportMetric(float64(l.wire)/elapsed.Seconds()/1e6, "gzipMB/s")
+	b.ReportMetric(records/acked.Seconds(), "acked-records/s")
+	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ack-ms")
+	b.ReportMetric(0, "ns/op")
+}
+
+// BenchmarkIngest compares, on the same load in the same run:
+//   - bare: a net/http server that only gunzips and decodes each batch;
+//   - spool: the receiver with durability (fsync, group commit) and no sink;
+//   - kafka+clickhouse: the receiver delivering to kfake and ClickHouse,
+//     timed until both sinks have acknowledged every record.
+//
+// Run: go test -run '^$' -bench Ingest -benchtime 200x ./internal/rtld/receiver/
+func BenchmarkIngest(b *testing.B) {
+	b.Run("bare", func(b *testing.B) {
+		l := makeLoad(b, b.N)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			zr, err := kgzip.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), 400)
+				return
+			}
+			if _, err := rtld.DecodeBatch("env", zr); err != nil {
+				http.Error(w, err.Error(), 400)
+				return
+			}
+			w.Write([]byte(`{"status":"accepted"}`))
+		}))
+		defer srv.Close()
+		drive(b, srv.URL+"/ingest/env", l, func() bool { return true })
+	})
+	run := func(b *testing.B, withSinks bool) {
+		l := makeLoad(b, b.N)
+		cfg := receiver.Config{
+			SpoolDir: b.TempDir(), SpoolMaxBytes: 8 << 30,
+			Ingest: rtld.IngestConfig{Username: "bench", Password: "bench", MaxInFlight: 64},
+		}
+		if withSinks {
+			ch := testenv.ClickHouse(b)
+			kafka := testenv.Kafka(b)
+			kafka.CreateTopic(b, "bench", 6)
+			cfg.ClickHouse = &chsink.AccessLogsConfig{DSN: ch.DSN(ch.NewDatabase(b))}
+			cfg.Kafka = &kafkasink.Config{Brokers: kafka.Brokers(), Topic: "bench"}
+		}
+		rcv, err := receiver.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- rcv.Run(ctx) }()
+		srv := httptest.NewServer(rcv.Handler())
+		defer func() {
+			srv.Close()
+			cancel()
+			<-done
+		}()
+		drive(b, srv.URL+"/ingest/env", l, func() bool {
+			st := rcv.Spool().Stats()
+			for name, lag := range st.Readers {
+				if name != rtld.GapReader && lag.Entries > 0 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	b.Run("spool", func(b *testing.B) { run(b, false) })
+	b.Run("kafka+clickhouse", func(b *testing.B) { run(b, true) })
+}
