@@ -85,3 +85,60 @@ func TestCloseFlushes(t *testing.T) {
 		t.Error("Publish after Close succeeded")
 	}
 }
+
+// TestRevisionReplacesRow: a revision is a full row with a newer version;
+// FINAL shows one row per key with the revision's values, even when the
+// first sighting and the revision reach ClickHouse in one INSERT.
+func TestRevisionReplacesRow(t *testing.T) {
+	ch := testenv.ClickHouse(t)
+	sink, err := chsink.NewSink(chsink.SinkConfig{DSN: ch.DSN("rev"), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	first := offloadBatch(at, "a", "b") // a=1, b=2
+	rev := offloadBatch(at, "a")
+	rev.Updates[0].Row.Values = []float64{40}
+	rev.Updates[0].Previous = []float64{1}
+	// Queued before the writer starts: both land in one INSERT.
+	for _, b := range []*schedule.Batch{first, rev} {
+		if err := sink.Publish(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink.Start()
+	flush(t, sink)
+	// And a second revision in an INSERT of its own.
+	rev2 := offloadBatch(at, "b")
+	rev2.Updates[0].Row.Values = []float64{50}
+	rev2.Updates[0].Previous = []float64{2}
+	if err := sink.Publish(context.Background(), rev2); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, sink)
+	if err := sink.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	conn := ch.Conn(t)
+	if n := countRows(t, conn, "SELECT count() FROM rev.origin_offload"); n != 4 {
+		t.Errorf("%d rows written, want 4", n)
+	}
+	for env, want := range map[string]uint64{"a": 40, "b": 50} {
+		rows, err := conn.Query(context.Background(), "SELECT requests_edge_total FROM rev.origin_offload FINAL WHERE environment_id = ?", env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []uint64
+		for rows.Next() {
+			var v uint64
+			if err := rows.Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, v)
+		}
+		rows.Close()
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("%s under FINAL: %v, want [%d]", env, got, want)
+		}
+	}
+}
