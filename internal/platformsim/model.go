@@ -541,7 +541,7 @@ func (b *bucketCtx) originByCountry() []leaf {
 			}
 			bytes := math.Round(f.bytesOrigin * n / f.origin)
 			ttfb := f.originTTFB50 * (0.9 + 0.3*float64(j)) // backups are slower
-			x := b.originCell(n, bytes, ttfb, b.m.avgBytes/1e6*40, c)
+			x := b.originCell(n, bytes, ttfb, b.m.avgBytes/1e6*200, c)
 			if x.origin == 0 {
 				continue
 			}
@@ -600,7 +600,7 @@ func (b *bucketCtx) originUsage(errors bool) []leaf {
 					return nil
 				}
 				ttfb := olat * (0.9 + 0.3*float64(j)) * (1 + 0.4*b.h.s(mt.ctype).u())
-				x := b.originCell(n, math.Round(n*mt.size*0.9), ttfb, mt.size/1e6*40, c)
+				x := b.originCell(n, math.Round(n*mt.size*0.9), ttfb, mt.size/1e6*200, c)
 				if x.origin == 0 {
 					continue
 				}

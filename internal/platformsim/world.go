@@ -206,7 +206,7 @@ func newEnvModel(h hasher, name string) envModel {
 	}
 	m.countryW = make([]float64, len(countries))
 	for i, c := range countries {
-		m.countryW[i] = c.weight * math.Exp(0.5*h.s("cw").i(int64(i)).z())
+		m.countryW[i] = c.weight * math.Exp(0.3*h.s("cw").i(int64(i)).z())
 	}
 	normalise(m.countryW)
 	return m
