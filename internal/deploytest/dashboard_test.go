@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ClickHouse/clickhouse-go/v2"
-
+	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -323,40 +323,35 @@ func TestDashboardPromQLParses(t *testing.T) {
 	t.Logf("%d PromQL queries run", n)
 }
 
-// standInAccessLogs is a table with the access_logs columns the dashboards
-// read, for checking the SQL offline. The end-to-end test uses the table the
-// receiver creates.
-const standInAccessLogs = `CREATE TABLE %s.access_logs (
-	timestamp DateTime, environment_id String, uuid String, status_code UInt16, host String,
-	path String, cache_status String, pop String, total_time Float64, bytes_out UInt64,
-	client_country_code String
-) ENGINE = ReplacingMergeTree() ORDER BY (environment_id, timestamp, uuid)`
-
 // TestDashboardSQLRuns runs every ClickHouse query (macros and variables
-// substituted) against a real ClickHouse 18.16 holding a stand-in
-// access_logs table with rows in the time range: each must run and return
-// rows, so functions newer than the server (toStartOfInterval, DateTime64)
-// fail here.
+// substituted) against a real ClickHouse 18.16 holding the access_logs table
+// exactly as the receiver's sink creates it (AccessLogsDDL), filled with rows
+// in the time range: each must run and return rows, so a wrong column or a
+// function newer than the server (toStartOfInterval, DateTime64) fails here.
 func TestDashboardSQLRuns(t *testing.T) {
 	ch := testenv.ClickHouse(t)
-	db := ch.NewDatabase(t)
-	ch.Exec(t, fmt.Sprintf(standInAccessLogs, db))
-	ch.Exec(t, fmt.Sprintf(`INSERT INTO %s.access_logs (timestamp, environment_id, uuid, status_code, host, path, cache_status, pop, total_time, bytes_out, client_country_code)
-		SELECT toDateTime(toUInt32(now()) - number * 7), if(number %% 2 = 0, 'env-a', 'env-b'), toString(number),
-			toUInt16(arrayElement([200, 200, 304, 404, 503], number %% 5 + 1)), concat('h', toString(number %% 3), '.example'),
+	dbName := ch.NewDatabase(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db, err := chsink.Open(ctx, ch.DSN(dbName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Exec(ctx, chsink.AccessLogsDDL(db, logfield.All())); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (environment_id, agent_id, datestamp, seq_num, record_key, record_index,
+			timestamp, uuid, status_code, host, path, cache_status, pop, total_time, bytes_out, client_country_code)
+		SELECT if(number %% 2 = 0, 'env-a', 'env-b'), 'agent-1', '20260101', toInt64(intDiv(number, 10)), toString(number), toUInt32(number %% 10),
+			toDateTime(toUInt32(now()) - number * 7), toString(number),
+			arrayElement([200, 200, 304, 404, 503], number %% 5 + 1), concat('h', toString(number %% 3), '.example'),
 			concat('/p/', toString(number %% 11)), arrayElement(['TCP_HIT', 'TCP_MISS', 'TCP_EXPIRED_HIT'], number %% 3 + 1),
 			arrayElement(['fra', 'iad', 'sin'], number %% 3 + 1), (number %% 100) / 250, number * 13, 'us'
-		FROM system.numbers LIMIT 400`, db))
-	opts, err := clickhouse.ParseDSN(ch.DSN(db))
-	if err != nil {
+		FROM system.numbers LIMIT 400`, db.Table(chsink.AccessLogsTable))); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := clickhouse.Open(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	n := runSQLQueries(t, conn, loadDashboards(t), []Values{testValues(), allSelected(testValues())})
+	n := runSQLQueries(t, db.Conn(), loadDashboards(t), []Values{testValues(), allSelected(testValues())})
 	if n == 0 {
 		t.Fatal("no ClickHouse queries found")
 	}
