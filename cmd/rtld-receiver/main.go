@@ -71,7 +71,7 @@ type flags struct {
 func parseFlags(args []string) (*flags, error) {
 	f := &flags{}
 	app := kingpin.New("rtld-receiver", "Receives the CDN platform's real-time access logs (RTLD http_post) and delivers every record to Kafka and ClickHouse, durably and exactly once under FINAL.\n\n"+
-		"Secrets come only from the environment: EDGEPIPE_CLIENT_ID, EDGEPIPE_CLIENT_SECRET (API client), EDGEPIPE_RTLD_USERNAME, EDGEPIPE_RTLD_PASSWORD (HTTP basic credentials of the profile, required on every batch), EDGEPIPE_CLICKHOUSE_PASSWORD (optional).")
+		"Secrets come only from the environment, or from a file named by the same variable with _FILE appended: EDGEPIPE_CLIENT_ID, EDGEPIPE_CLIENT_SECRET (API client), EDGEPIPE_RTLD_USERNAME, EDGEPIPE_RTLD_PASSWORD (HTTP basic credentials of the profile, required on every batch), EDGEPIPE_CLICKHOUSE_PASSWORD (optional).")
 	app.HelpFlag.Short('h')
 	app.Flag("api.url", "The platform's base_url.").Envar("EDGEPIPE_API_URL").StringVar(&f.apiURL)
 	app.Flag("auth.url", "The platform's auth_url; tokens come from <auth.url>/connect/token.").Envar("EDGEPIPE_AUTH_URL").StringVar(&f.authURL)
@@ -146,13 +146,33 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	username, err := secret("EDGEPIPE_RTLD_USERNAME")
+	if err != nil {
+		return err
+	}
+	password, err := secret("EDGEPIPE_RTLD_PASSWORD")
+	if err != nil {
+		return err
+	}
+	clientID, err := secret("EDGEPIPE_CLIENT_ID")
+	if err != nil {
+		return err
+	}
+	clientSecret, err := secret("EDGEPIPE_CLIENT_SECRET")
+	if err != nil {
+		return err
+	}
+	chPassword, err := secret("EDGEPIPE_CLICKHOUSE_PASSWORD")
+	if err != nil {
+		return err
+	}
 	cfg := receiver.Config{
 		SpoolDir:          f.spoolDir,
 		SpoolMaxBytes:     int64(f.spoolMaxBytes),
 		SpoolSegmentBytes: int64(f.spoolSegmentBytes),
 		Ingest: rtld.IngestConfig{
-			Username:        os.Getenv("EDGEPIPE_RTLD_USERNAME"),
-			Password:        os.Getenv("EDGEPIPE_RTLD_PASSWORD"),
+			Username:        username,
+			Password:        password,
 			MaxBodyBytes:    int64(f.maxBodyBytes),
 			MaxDecodedBytes: int64(f.maxDecodedBytes),
 			MaxInFlight:     f.maxInFlight,
@@ -162,7 +182,6 @@ func run(args []string) error {
 		GapGrace:       f.gapGrace,
 		Logger:         log,
 	}
-	clientID, clientSecret := os.Getenv("EDGEPIPE_CLIENT_ID"), os.Getenv("EDGEPIPE_CLIENT_SECRET")
 
 	var sim *simulation
 	if f.simulate {
@@ -190,8 +209,8 @@ func run(args []string) error {
 	}
 	if f.clickhouseDSN != "" {
 		var opts []chsink.Option
-		if pw, ok := os.LookupEnv("EDGEPIPE_CLICKHOUSE_PASSWORD"); ok {
-			opts = append(opts, chsink.WithPassword(pw))
+		if chPassword != "" {
+			opts = append(opts, chsink.WithPassword(chPassword))
 		}
 		cfg.ClickHouse = &chsink.AccessLogsConfig{DSN: f.clickhouseDSN, Options: opts}
 	}
@@ -267,6 +286,20 @@ func run(args []string) error {
 		result = err
 	}
 	return result
+}
+
+// secret reads a secret from the environment variable name, or from the
+// file named by name_FILE (a trailing newline is dropped). Secrets never come
+// from flags, so they stay out of process listings.
+func secret(name string) (string, error) {
+	if path := os.Getenv(name + "_FILE"); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return "", fmt.Errorf("reading %s_FILE: %w", name, err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	}
+	return os.Getenv(name), nil
 }
 
 func randomSecret() string {
