@@ -190,3 +190,33 @@ func TestRateLimits(t *testing.T) {
 		t.Fatalf("after Retry-After: %d", r.status)
 	}
 }
+
+func TestCloseDuringSlowRequest(t *testing.T) {
+	srv := platformsim.New(platformsim.Config{Seed: 1, Faults: platformsim.Faults{Latency: time.Minute}})
+	base, err := srv.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := token(t, base, "app.metrics")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequest(http.MethodGet, base+"/metrics/v1/datasets", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // let the request reach the latency wait
+	closed := make(chan error, 1)
+	go func() { closed <- srv.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(4 * time.Second):
+		t.Fatal("Close waits for an injected latency of a minute")
+	}
+	<-done
+	if err := srv.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}

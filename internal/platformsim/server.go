@@ -295,6 +295,9 @@ func (s *Server) Close() error {
 	s.closing = true
 	hs := s.httpSrv
 	s.mu.Unlock()
+	// Cancelling first ends background work and in-flight requests that
+	// wait (injected latency) promptly; Shutdown then drains the rest.
+	s.cancel()
 	var err error
 	if hs != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -304,7 +307,6 @@ func (s *Server) Close() error {
 			err = hs.Close()
 		}
 	}
-	s.cancel()
 	s.wg.Wait()
 	return err
 }
