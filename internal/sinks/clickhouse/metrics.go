@@ -78,6 +78,11 @@ type Sink struct {
 
 	dbMu sync.Mutex
 	db   *DB
+	// lastDialErr and lastDialAt make callers fail fast for a moment after
+	// a failed connect, so that Resume calls of many datasets do not each
+	// wait for a dial timeout while ClickHouse is down.
+	lastDialErr error
+	lastDialAt  time.Time
 
 	// tables is the writer's knowledge of each dataset table's columns;
 	// owned by the writer goroutine (and Resume, under dbMu).
@@ -441,6 +446,9 @@ func (s *Sink) connect(ctx context.Context) (*DB, error) {
 	if s.db != nil {
 		return s.db, nil
 	}
+	if s.lastDialErr != nil && time.Since(s.lastDialAt) < 2*time.Second {
+		return nil, s.lastDialErr
+	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	opts := []Option{WithLogger(s.log)}
@@ -449,8 +457,10 @@ func (s *Sink) connect(ctx context.Context) (*DB, error) {
 	}
 	db, err := Open(ctx, s.cfg.DSN, opts...)
 	if err != nil {
+		s.lastDialErr, s.lastDialAt = err, time.Now()
 		return nil, err
 	}
+	s.lastDialErr = nil
 	s.log.Info("connected to ClickHouse", "addr", db.Addr(), "database", db.Database(), "version", db.Version().String(),
 		"low_cardinality", db.Version().HasLowCardinality(), "ttl", db.Version().HasTTL(), "codecs", db.Version().HasCodecs())
 	if s.cfg.Retention > 0 && !db.Version().HasTTL() {
