@@ -139,7 +139,11 @@ func (s *Server) parseQuery(ds *datasetDesc, body []byte) (*dataQuery, []ErrorDe
 	sort.Strings(keys)
 	for _, k := range keys {
 		if !known[k] {
-			add(k, "unknown property (property names are case-sensitive): expected date_range, dimensions, metrics, filters, time_granularity")
+			src := k
+			if src == "" {
+				src = `body[""]`
+			}
+			add(src, "unknown property (property names are case-sensitive): expected date_range, dimensions, metrics, filters, time_granularity")
 		}
 	}
 
