@@ -382,6 +382,13 @@ func buildCommands(t *testing.T, names ...string) map[string]string {
 // fails.
 func startProgram(t *testing.T, bin string, args ...string) {
 	t.Helper()
+	_ = startProgramEnv(t, bin, nil, args...)
+}
+
+// startProgramEnv is startProgram with the environment env (nil: inherit).
+// The returned channel is closed when the program ends.
+func startProgramEnv(t *testing.T, bin string, env []string, args ...string) <-chan struct{} {
+	t.Helper()
 	logPath := filepath.Join(t.TempDir(), filepath.Base(bin)+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -389,6 +396,7 @@ func startProgram(t *testing.T, bin string, args ...string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = t.TempDir()
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -398,7 +406,12 @@ func startProgram(t *testing.T, bin string, args ...string) {
 		t.Fatalf("start %s: %v", bin, err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		done <- err
+	}()
 	t.Cleanup(func() {
 		cancel()
 		err := <-done
@@ -415,6 +428,7 @@ func startProgram(t *testing.T, bin string, args ...string) {
 			t.Logf("--- %s log (tail) ---\n%s", filepath.Base(bin), b)
 		}
 	})
+	return exited
 }
 
 // waitFor polls ready until it returns nil, failing the test after timeout
