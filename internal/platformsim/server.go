@@ -1,8 +1,10 @@
 // Package platformsim simulates the CDN platform's management API for tests,
 // demos and `--simulate`: the OAuth2 token endpoint, the accounts service
-// (organizations, properties, environments) and the metrics service (six
+// (organizations, properties, environments), the metrics service (six
 // datasets with deterministic, realistic data, late data and request
-// validation), with optional faults (429, 5xx, latency).
+// validation) and the RTLD service with log delivery (rtld*.go, delivery*.go),
+// with optional faults (429, 5xx, latency) and the rate limits of spec
+// section 8.
 //
 // Quick use:
 //
@@ -24,9 +26,12 @@
 // without time_granularity the coarsest granularity whose longest range holds
 // the range and whose bucket fits in it is used; dimensions left out are
 // aggregated (counts summed, ratios and rates recomputed from the sums,
-// percentiles averaged weighted by traffic); buckets older than the dataset's
-// retention are left out; the newest buckets grow for Config.LateData after
-// their end.
+// percentiles averaged weighted by traffic); per-second rates divide by the
+// whole bucket (without the time dimension: by every bucket of the range that
+// has started), also for the bucket in progress; buckets older than the
+// dataset's retention are left out; the bucket in progress is returned with
+// the traffic so far, and every bucket keeps growing for Config.LateData after
+// its end, then never changes.
 //
 // # Notes for the RTLD part (files rtld*.go and delivery*.go)
 //
