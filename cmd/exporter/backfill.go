@@ -33,7 +33,7 @@ func newBackfillExtension() extension { return &backfillExtension{} }
 
 func (e *backfillExtension) register(app *kingpin.Application, _ *kingpin.CmdClause) {
 	e.cmd = app.Command("backfill", "Load a range of history into ClickHouse (resumable: run the same command again after an interruption).")
-	e.ch = addClickHouseFlags(e.cmd)
+	e.ch = addClickHouseFlags(e.cmd, true)
 	e.cmd.Flag("from", "Start of the range: RFC 3339 (2026-11-01T00:00:00Z), a date (2026-11-01, UTC) or an age (7d = seven days ago). "+
 		"Capped at each dataset's retention.").Required().StringVar(&e.from)
 	e.cmd.Flag("to", "End of the range (exclusive), same forms as --from; capped at the current bucket.").Default("now").StringVar(&e.to)

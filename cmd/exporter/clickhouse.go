@@ -30,8 +30,9 @@ type clickhouseFlags struct {
 	queueRows    int
 }
 
-// addClickHouseFlags registers the --clickhouse.* flags on cmd.
-func addClickHouseFlags(cmd *kingpin.CmdClause) *clickhouseFlags {
+// addClickHouseFlags registers the --clickhouse.* flags on cmd; those that
+// only concern a running exporter are hidden when forBackfill.
+func addClickHouseFlags(cmd *kingpin.CmdClause, forBackfill bool) *clickhouseFlags {
 	f := &clickhouseFlags{}
 	cmd.Flag("clickhouse.dsn", "Enables the ClickHouse sink: native-protocol DSN, e.g. clickhouse://127.0.0.1:9000/cdn "+
 		"(database created if missing). The password goes in "+envClickHousePassword+" or --clickhouse.password-file, not here.").
@@ -40,12 +41,18 @@ func addClickHouseFlags(cmd *kingpin.CmdClause) *clickhouseFlags {
 		StringVar(&f.passwordFile)
 	cmd.Flag("clickhouse.retention", "Drop rows older than this (table TTL, e.g. 32d; servers from 19.6 on). 0 keeps everything.").
 		Default("0s").SetValue(&f.retention)
-	cmd.Flag("clickhouse.max-backfill", "At start, resume each dataset from the newest stored bucket, but reach back at most this far (e.g. 24h, 3d).").
-		Default("24h").SetValue(&f.maxBackfill)
+	maxBackfill := cmd.Flag("clickhouse.max-backfill", "At start, resume each dataset from the newest stored bucket, but reach back at most this far (e.g. 24h, 3d).").
+		Default("24h")
+	maxBackfill.SetValue(&f.maxBackfill)
 	cmd.Flag("clickhouse.cluster", "Create tables ON CLUSTER with Replicated engines and a Distributed table per dataset (needs macros {shard} and {replica}).").
 		PlaceHolder("NAME").StringVar(&f.cluster)
-	cmd.Flag("clickhouse.queue-rows", "Rows held in memory while ClickHouse is slow or down; beyond it batches are dropped and counted.").
-		Default("1000000").IntVar(&f.queueRows)
+	queue := cmd.Flag("clickhouse.queue-rows", "Rows held in memory while ClickHouse is slow or down; beyond it batches are dropped and counted.").
+		Default("1000000")
+	queue.IntVar(&f.queueRows)
+	if forBackfill {
+		maxBackfill.Hidden()
+		queue.Hidden()
+	}
 	return f
 }
 
@@ -101,7 +108,7 @@ type clickhouseExtension struct {
 func newClickHouseExtension() extension { return &clickhouseExtension{} }
 
 func (e *clickhouseExtension) register(_ *kingpin.Application, run *kingpin.CmdClause) {
-	e.flags = addClickHouseFlags(run)
+	e.flags = addClickHouseFlags(run, false)
 }
 
 // setup starts the sink: it connects in the background (an unreachable
