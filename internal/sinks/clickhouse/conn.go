@@ -108,9 +108,10 @@ func (v Version) AtLeast(major, minor int) bool {
 }
 
 // HasLowCardinality reports whether LowCardinality(String) can be used without
-// experimental settings (19.1 and later; 18.16 has it only behind
-// allow_experimental_low_cardinality_type, which edgepipe does not turn on).
-func (v Version) HasLowCardinality() bool { return v.AtLeast(19, 1) }
+// experimental settings (19.3 and later, ClickHouse PR #4323; 18.16 has it
+// only behind allow_experimental_low_cardinality_type, which edgepipe does
+// not turn on).
+func (v Version) HasLowCardinality() bool { return v.AtLeast(19, 3) }
 
 // HasTTL reports whether tables accept a TTL clause (19.6 and later).
 func (v Version) HasTTL() bool { return v.AtLeast(19, 6) }

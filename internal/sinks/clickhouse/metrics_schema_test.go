@@ -34,6 +34,7 @@ func TestParseVersion(t *testing.T) {
 		wantErr                    bool
 	}{
 		{in: "18.16.1", want: Version{18, 16, 1, 0}},
+		{in: "19.1.7", want: Version{19, 1, 7, 0}},
 		{in: "19.6.2.11", want: Version{19, 6, 2, 11}, lowCard: true, ttl: true},
 		{in: "24.8.4.13", want: Version{24, 8, 4, 13}, lowCard: true, ttl: true, codecs: true, dt64: true},
 		{in: "23.3.1.2823-lts", want: Version{23, 3, 1, 2823}, lowCard: true, ttl: true, codecs: true, dt64: true},
