@@ -147,8 +147,101 @@ func (c *lineCounter) lineAt(off int64) int {
 // env. The format is detected from the shape: an object with a "logs" member
 // is json, an array is json_array, and a stream of objects is json_lines.
 // Errors from r (for example a size limit) are returned wrapped, so callers
-// can test them with errors.Is; every other problem is a *DecodeError.
+// can test them with errors.Is; every other problem is a *DecodeError. The
+// whole body is read first (bound r's size), and the records alias it.
 func DecodeBatch(env string, r io.Reader) (*Batch, error) {
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, fmt.Errorf("reading batch: %w", err)
+	}
+	return DecodeBatchBytes(env, buf.Bytes())
+}
+
+// DecodeBatchBytes is DecodeBatch for a body in memory; the records alias
+// body. Valid input takes a fast path (one validating scan, then an
+// allocation-free split); invalid input is decoded again by a streaming
+// decoder that names the line and offset of the problem.
+func DecodeBatchBytes(env string, body []byte) (*Batch, error) {
+	if b, ok := decodeFast(env, body); ok {
+		return b, nil
+	}
+	return decodeStream(env, bytes.NewReader(body))
+}
+
+// decodeFast handles well-formed batches; it reports false for anything it
+// does not accept, which the streaming decoder then explains.
+func decodeFast(env string, body []byte) (*Batch, bool) {
+	i := skipSpace(body, 0)
+	if i == len(body) {
+		return nil, false
+	}
+	b := &Batch{EnvironmentID: env, SeqNum: NoSeqNum}
+	switch body[i] {
+	case '[':
+		if !json.Valid(body) {
+			return nil, false
+		}
+		b.Format = FormatJSONArray
+		ok := true
+		if err := EachElement(body[i:], func(v []byte) {
+			ok = ok && v[0] == '{'
+			b.Records = append(b.Records, v)
+		}); err != nil || !ok || len(b.Records) == 0 {
+			return nil, false
+		}
+		return b, true
+	case '{':
+		if json.Valid(body) {
+			obj := bytes.TrimRight(body[i:], " \t\r\n")
+			env, isEnvelope, err := parseEnvelope(obj)
+			if err != nil {
+				return nil, false
+			}
+			if !isEnvelope {
+				b.Format = FormatJSONLines
+				b.Records = []json.RawMessage{obj}
+				return b, true
+			}
+			if len(env.Logs) == 0 {
+				return nil, false
+			}
+			b.Format = FormatJSON
+			b.AccountNumber, b.AgentID, b.Datestamp = env.AccountNumber, env.AgentID, env.Datestamp
+			b.Platform, b.ProfileID, b.SeqNum, b.Records = env.Platform, env.ProfileID, env.SeqNum, env.Logs
+			return b, true
+		}
+		// json_lines: one object per line.
+		b.Format = FormatJSONLines
+		for rest := body; len(rest) > 0; {
+			line := rest
+			if nl := bytes.IndexByte(rest, '\n'); nl >= 0 {
+				line, rest = rest[:nl], rest[nl+1:]
+			} else {
+				rest = nil
+			}
+			line = bytes.Trim(line, " \t\r\n")
+			if len(line) == 0 {
+				continue
+			}
+			if line[0] != '{' || !json.Valid(line) {
+				return nil, false
+			}
+			b.Records = append(b.Records, line)
+		}
+		if len(b.Records) == 0 {
+			return nil, false
+		}
+		if _, isEnvelope, _ := parseEnvelope(b.Records[0]); isEnvelope {
+			return nil, false // an envelope followed by more: let the stream decoder say so
+		}
+		return b, true
+	}
+	return nil, false
+}
+
+// decodeStream decodes with encoding/json's streaming decoder, which knows
+// where a problem is.
+func decodeStream(env string, r io.Reader) (*Batch, error) {
 	lc := &lineCounter{r: r}
 	br := bufio.NewReaderSize(lc, 32<<10)
 	// Sniff the first non-space byte.

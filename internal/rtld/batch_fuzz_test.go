@@ -1,6 +1,7 @@
 package rtld
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -23,6 +24,21 @@ func FuzzDecodeBatch(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body string) {
 		b, err := DecodeBatch("env", strings.NewReader(body))
+		// The fast path and the streaming decoder agree.
+		sb, serr := decodeStream("env", strings.NewReader(body))
+		if (err == nil) != (serr == nil) {
+			t.Fatalf("fast path error %v, streaming decoder error %v", err, serr)
+		}
+		if err == nil && (sb.Format != b.Format || len(sb.Records) != len(b.Records) || sb.SeqNum != b.SeqNum || sb.AgentID != b.AgentID) {
+			t.Fatalf("fast path %s/%d records, streaming %s/%d", b.Format, len(b.Records), sb.Format, len(sb.Records))
+		}
+		if err == nil {
+			for i := range b.Records {
+				if !bytes.Equal(b.Records[i], sb.Records[i]) {
+					t.Fatalf("record %d: fast %q, streaming %q", i, b.Records[i], sb.Records[i])
+				}
+			}
+		}
 		if err != nil {
 			var de *DecodeError
 			if !errors.As(err, &de) {
