@@ -210,3 +210,57 @@ func benchScrape(b *testing.B, reg *prometheus.Registry, before, after uint64) {
 	b.ReportMetric(math.Max(0, float64(int64(after)-int64(before)))/float64(series), "bytes/series")
 	b.ReportMetric(float64(series), "series")
 }
+
+// BenchmarkScrapeRatio scrapes the collector and the bare baseline of the
+// same series alternately in every iteration, so both see the same machine
+// load, and reports each one's ns/series and their ratio (goal: ≤ 1.3).
+// Run: go test -run '^$' -bench BenchmarkScrapeRatio -benchtime 3x ./internal/sinks/prometheus
+func BenchmarkScrapeRatio(b *testing.B) {
+	for _, shape := range []struct {
+		name string
+		ds   *metricsapi.Dataset
+	}{{"usage", benchDataset}, {"errors", benchErrors}} {
+		perSet := len(shape.ds.Metrics)
+		for _, size := range []struct {
+			name string
+			n    int
+		}{{"100k", 100_000}, {"1M", 1_000_000}} {
+			b.Run(shape.name+"/"+size.name, func(b *testing.B) {
+				sets := labelSets(shape.ds, (size.n+perSet-1)/perSet)
+				c := NewCollector(Options{})
+				fill(c, shape.ds, sets)
+				ours := prometheus.NewRegistry()
+				ours.MustRegister(c)
+				base := prometheus.NewRegistry()
+				base.MustRegister(newBaseline(shape.ds, sets))
+				var tOurs, tBase time.Duration
+				series := 0
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					// Alternate which goes first, so neither always scrapes
+					// right after the other's garbage.
+					first, second := ours, base
+					if i%2 == 1 {
+						first, second = base, ours
+					}
+					t0 := time.Now()
+					series = scrape(b, first)
+					t1 := time.Now()
+					scrape(b, second)
+					t2 := time.Now()
+					if first == ours {
+						tOurs += t1.Sub(t0)
+						tBase += t2.Sub(t1)
+					} else {
+						tBase += t1.Sub(t0)
+						tOurs += t2.Sub(t1)
+					}
+				}
+				n := float64(b.N) * float64(series)
+				b.ReportMetric(float64(tOurs.Nanoseconds())/n, "edgepipe-ns/series")
+				b.ReportMetric(float64(tBase.Nanoseconds())/n, "baseline-ns/series")
+				b.ReportMetric(float64(tOurs)/float64(tBase), "ratio")
+			})
+		}
+	}
+}
