@@ -53,7 +53,10 @@ type agentState struct {
 }
 
 type dayState struct {
-	Max     int64           `json:"max"`
+	Max int64 `json:"max"`
+	// Floor is the lowest seq_num the state knows about: after a reset
+	// (a jump of more than maxJump) nothing below it counts as seen.
+	Floor   int64           `json:"floor,omitempty"`
 	Missing map[int64]int64 `json:"missing,omitempty"` // seq → unix seconds noticed
 	Lost    map[int64]bool  `json:"lost,omitempty"`    // counted as gaps
 }
@@ -156,7 +159,7 @@ func (g *GapTracker) Seen(b *Batch) bool {
 		return false
 	}
 	d := a.days[datestamp]
-	if d == nil || seq > d.Max {
+	if d == nil || seq > d.Max || seq < d.Floor {
 		return false
 	}
 	_, missing := d.Missing[seq]
@@ -194,7 +197,7 @@ func (g *GapTracker) observe(b *Batch, now time.Time) {
 		if seq-d.Max-1 > maxJump {
 			g.log.Warn("rtld: seq_num jumped, restarting the agent's sequence", "environment_id", k.Env, "agent_id", k.Agent,
 				"datestamp", b.Datestamp, "from", d.Max, "to", seq)
-			d.Missing, d.Lost = nil, nil
+			d.Missing, d.Lost, d.Floor = nil, nil, seq
 		} else {
 			for s := d.Max + 1; s < seq; s++ {
 				if d.Missing == nil {
@@ -204,6 +207,8 @@ func (g *GapTracker) observe(b *Batch, now time.Time) {
 			}
 		}
 		d.Max = seq
+	case seq < d.Floor:
+		// Below a reset: unknown territory, neither a gap nor a duplicate.
 	case d.Lost[seq]:
 		delete(d.Lost, seq)
 		g.metrics.late.WithLabelValues(k.Env, k.Agent).Inc()

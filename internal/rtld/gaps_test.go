@@ -50,6 +50,12 @@ func TestGapTracker(t *testing.T) {
 	if l := testutil.ToFloat64(m.late.WithLabelValues("env", "a")); l != 1 {
 		t.Fatalf("late = %v", l)
 	}
+	// A reset far ahead: nothing below it is taken for a duplicate.
+	g.observe(idBatch("c", "20261123", 1), t0)
+	g.observe(idBatch("c", "20261123", 1+maxJump+5), t0)
+	if g.Seen(idBatch("c", "20261123", 1)) {
+		t.Fatal("a seq below a reset counts as seen (its batch would be dropped)")
+	}
 	// State survives a restart.
 	if _, err := g.save(); err != nil {
 		t.Fatal(err)

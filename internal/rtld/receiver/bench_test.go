@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -180,6 +181,7 @@ func BenchmarkIngest(b *testing.B) {
 		cfg := receiver.Config{
 			SpoolDir: b.TempDir(), SpoolMaxBytes: 8 << 30,
 			Ingest: rtld.IngestConfig{Username: "bench", Password: "bench", MaxInFlight: 64},
+			Logger: slog.New(slog.DiscardHandler),
 		}
 		if withSinks {
 			ch := testenv.ClickHouse(b)
