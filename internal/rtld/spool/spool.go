@@ -128,6 +128,10 @@ type Spool struct {
 	reqs chan appendReq
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// sending orders Appends' queueing before Close: Close takes it
+	// exclusively, so no request is queued after the writer's last drain.
+	sending    sync.RWMutex
+	sendClosed bool
 }
 
 var segName = regexp.MustCompile(`^(\d{20})\.seg$`)
@@ -332,12 +336,17 @@ func (s *Spool) Append(ctx context.Context, data []byte) error {
 	s.reserved += size
 	s.mu.Unlock()
 	req := appendReq{data: data, time: time.Now().UnixNano(), done: make(chan error, 1)}
-	select {
-	case s.reqs <- req:
-	case <-s.stop:
+	s.sending.RLock()
+	if s.sendClosed {
+		s.sending.RUnlock()
 		s.unreserve(size)
 		return ErrClosed
+	}
+	select {
+	case s.reqs <- req:
+		s.sending.RUnlock()
 	case <-ctx.Done():
+		s.sending.RUnlock()
 		s.unreserve(size)
 		return fmt.Errorf("spool append: %w", ctx.Err())
 	}
@@ -534,8 +543,11 @@ func (s *Spool) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.stop)
 	s.mu.Unlock()
+	s.sending.Lock()
+	s.sendClosed = true
+	s.sending.Unlock()
+	close(s.stop)
 	s.wg.Wait()
 	return s.closeFiles()
 }
