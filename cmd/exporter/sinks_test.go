@@ -116,9 +116,11 @@ func TestOTLPReceivesEveryBucket(t *testing.T) {
 
 // TestPrometheusScrapesExporter lets a real Prometheus scrape the exporter
 // and checks with PromQL that the stored counters equal the simulator's
-// bucket sums at two moments, and that their increase between the two (as
-// `x - x offset`, which unlike increase() does not extrapolate) is the
-// simulator's increase.
+// bucket sums at two moments, and that their increase between the two is
+// the simulator's: `sum(x) - sum(x offset d)` exactly, and increase() over
+// a window from the scrape of state A to the scrape of state B (edges on
+// samples, so it does not extrapolate) exactly for the series that existed
+// in state A.
 func TestPrometheusScrapesExporter(t *testing.T) {
 	te := startExporter(t, testOptions{sim: platformsim.Config{Environments: 4}})
 	prom := testenv.Prometheus(t, te.addr)
@@ -177,25 +179,67 @@ func TestPrometheusScrapesExporter(t *testing.T) {
 			t.Errorf("Prometheus holds %d counter series, want %d", len(got), n)
 		}
 	}
-	// The increase between the two moments, per dataset, in PromQL.
+	// The increase between the two moments, per dataset, in PromQL: as
+	// `x - x offset`, and as increase() over a window whose edges are the
+	// scrapes of state A and state B (then increase() does not extrapolate
+	// and is exact).
 	off := tB.Sub(tA).Round(time.Millisecond)
 	for _, ds := range datasets {
 		name := "cdn_" + ds + "_requests_origin_total"
 		if ds == "edge_errors" || ds == "edge_usage_by_country" {
 			name = "cdn_" + ds + "_requests_edge_total"
 		}
-		vec := query(fmt.Sprintf(`sum(%s) - sum(%s offset %dms)`, name, name, off.Milliseconds()), tB)
 		var want float64
 		for k := range expB.counters {
 			if strings.HasPrefix(k, name+"{") {
 				want += expB.values[k] - expA.values[k]
 			}
 		}
+		if want == 0 {
+			t.Errorf("%s did not increase: the test proves nothing", name)
+		}
+		vec := query(fmt.Sprintf(`sum(%s) - sum(%s offset %dms)`, name, name, off.Milliseconds()), tB)
 		if len(vec) != 1 || float64(vec[0].Value) != want {
 			t.Errorf("%s increase between the two moments: Prometheus %v, simulator %v", name, vec, want)
 		}
-		if want == 0 {
-			t.Errorf("%s did not increase: the test proves nothing", name)
+		// The scrape timestamps of the last sample of state A and of B.
+		raw, _, _, err := prom.API().Query(context.Background(), fmt.Sprintf(`%s[%dms]`, name, off.Milliseconds()+2000), tB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok := raw.(model.Matrix)
+		if !ok || len(m) == 0 {
+			t.Fatalf("%s: no samples (%T)", name, raw)
+		}
+		var tsA model.Time
+		var last model.SamplePair
+		for _, series := range m { // one that changed between A and B
+			vals := series.Values
+			last = vals[len(vals)-1]
+			for _, sp := range vals {
+				if sp.Value != last.Value {
+					tsA = sp.Timestamp
+				}
+			}
+			if tsA != 0 {
+				break
+			}
+		}
+		if tsA == 0 {
+			t.Fatalf("%s: no series changed between state A and B", name)
+		}
+		// increase() sees a series only from its first sample: a label set
+		// that first appears in state B (a new error code) adds nothing.
+		var wantInc float64
+		for k := range expA.counters {
+			if strings.HasPrefix(k, name+"{") {
+				wantInc += expB.values[k] - expA.values[k]
+			}
+		}
+		window := last.Timestamp.Sub(tsA)
+		inc := query(fmt.Sprintf(`sum(increase(%s[%dms]))`, name, window.Milliseconds()), last.Timestamp.Time())
+		if len(inc) != 1 || float64(inc[0].Value) != wantInc {
+			t.Errorf("sum(increase(%s[%s])) at the scrape of state B = %v, simulator's increase of the series present in state A %v", name, window, inc, wantInc)
 		}
 	}
 }
