@@ -344,4 +344,3 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
