@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -329,9 +330,29 @@ func runPromQL(api promv1.API, expr string, instant bool, v Values) (int, error)
 	return n, nil
 }
 
-// buildCommands builds ./cmd/<name> into a temporary directory, the way
-// `make build` does (static, trimmed). With EDGEPIPE_TEST_BIN_DIR set (e.g.
-// to the bin/ of `make build`) it uses the binaries found there instead.
+// builds holds the binaries built for this test binary, each built once
+// (TestMain creates and removes the directory).
+var builds struct {
+	sync.Mutex
+	dir  string
+	bins map[string]string
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "deploytest-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	builds.dir, builds.bins = dir, map[string]string{}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildCommands builds ./cmd/<name> (once per test binary) the way `make
+// build` does (static, trimmed). With EDGEPIPE_TEST_BIN_DIR set (e.g. to the
+// bin/ of `make build`) it uses the binaries found there instead.
 func buildCommands(t *testing.T, names ...string) map[string]string {
 	t.Helper()
 	if dir := os.Getenv("EDGEPIPE_TEST_BIN_DIR"); dir != "" {
@@ -356,7 +377,8 @@ func buildCommands(t *testing.T, names ...string) map[string]string {
 	if _, err := os.Stat(gobin); err != nil {
 		gobin = testenv.Binary(t, "go")
 	}
-	dir := t.TempDir()
+	builds.Lock()
+	defer builds.Unlock()
 	out := map[string]string{}
 	for _, name := range names {
 		if m, _ := filepath.Glob(filepath.Join(root, "cmd", name, "*.go")); len(m) == 0 {
@@ -365,13 +387,18 @@ func buildCommands(t *testing.T, names ...string) map[string]string {
 			}
 			t.Skipf("cmd/%s has no Go files yet", name)
 		}
-		bin := filepath.Join(dir, name)
+		if bin, ok := builds.bins[name]; ok {
+			out[name] = bin
+			continue
+		}
+		bin := filepath.Join(builds.dir, name)
 		cmd := exec.Command(gobin, "build", "-trimpath", "-o", bin, "./cmd/"+name)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, b)
 		}
+		builds.bins[name] = bin
 		out[name] = bin
 	}
 	return out
