@@ -2,7 +2,17 @@ package deploytest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,18 +27,38 @@ import (
 )
 
 // TestChartCommandLinesRun starts the real programs with exactly the command
-// lines and environment the chart renders for the production values (sharded
-// exporter with ClickHouse and OTLP, receiver with Kafka and ClickHouse),
-// switched to the built-in simulator. Only what points outside the test is
-// replaced: listen addresses, volume paths, the sinks' addresses, credential
-// values from Secrets and downward-API values. Both must become ready, so a
-// flag or variable the programs do not know, or a value they reject, fails
-// here instead of in a crash-looping pod.
+// lines, environment and mounted files the chart renders, switched to the
+// built-in simulator:
+//
+//   - production values: sharded exporter with ClickHouse and OTLP, receiver
+//     with Kafka and ClickHouse;
+//   - web-config values: both listeners serving TLS from the chart's web
+//     config Secret and a mounted certificate Secret, probed over HTTPS as
+//     the kubelet would.
+//
+// Only what points outside the test is replaced: listen addresses, volume
+// paths, the sinks' addresses, credential values and downward-API values.
+// Both programs must become ready, so a flag or variable they do not know, a
+// value they reject, or a file the chart mounts in the wrong place fails here
+// instead of in a crash-looping pod.
 func TestChartCommandLinesRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the programs")
 	}
-	m := render(t, chartDir+"/ci/production-values.yaml", "testdata/simulate-production.yaml")
+	for _, tc := range []struct {
+		name, values string
+		https        bool
+	}{
+		{"production", chartDir + "/ci/production-values.yaml", false},
+		{"web config TLS", chartDir + "/ci/webconfig-values.yaml", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runRenderedPrograms(t, render(t, tc.values, "testdata/simulate.yaml"), tc.https)
+		})
+	}
+}
+
+func runRenderedPrograms(t *testing.T, m manifests, https bool) {
 	bins := buildCommands(t, "exporter", "rtld-receiver")
 	ch := testenv.ClickHouse(t)
 	kafka := testenv.Kafka(t)
@@ -44,7 +74,8 @@ func TestChartCommandLinesRun(t *testing.T) {
 	}
 	var programs []program
 	for key, w := range ws {
-		c := w.Spec.Template.Spec.Containers[0]
+		ps := w.Spec.Template.Spec
+		c := ps.Containers[0]
 		if len(c.Command) != 1 {
 			t.Fatalf("%s: command %v", key, c.Command)
 		}
@@ -53,6 +84,37 @@ func TestChartCommandLinesRun(t *testing.T) {
 			t.Fatalf("%s: runs %s, which is none of the built commands", key, c.Command[0])
 		}
 		tmp := t.TempDir()
+
+		// Volumes: a directory per mount; Secret volumes filled with the
+		// rendered Secret's data, or a fresh certificate for a TLS Secret
+		// the chart references but does not create.
+		var mounts []string
+		for _, vm := range c.VolumeMounts {
+			mounts = append(mounts, vm.MountPath, filepath.Join(tmp, "volume-"+vm.Name))
+		}
+		paths := strings.NewReplacer(mounts...)
+		for _, vm := range c.VolumeMounts {
+			dir := filepath.Join(tmp, "volume-"+vm.Name)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range ps.Volumes {
+				if v.Name != vm.Name || v.Secret == nil {
+					continue
+				}
+				files := secretFiles(t, m, v.Secret.SecretName)
+				if files == nil {
+					files = selfSignedTLS(t)
+				}
+				for name, content := range files {
+					// Files name mount paths (a web config naming the
+					// certificate): map them like the arguments.
+					if err := os.WriteFile(filepath.Join(dir, name), []byte(paths.Replace(content)), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
 
 		env := map[string]string{}
 		for _, ev := range c.Env {
@@ -66,7 +128,7 @@ func TestChartCommandLinesRun(t *testing.T) {
 				case "EDGEPIPE_CLICKHOUSE_DSN":
 					env[ev.Name] = ch.DSN(ch.NewDatabase(t))
 				case "EDGEPIPE_CLICKHOUSE_PASSWORD":
-					// optional key, absent from the Secret
+					// the test server's user has none
 				default:
 					env[ev.Name] = "value-of-" + ev.ValueFrom.SecretKeyRef.Key
 				}
@@ -87,11 +149,6 @@ func TestChartCommandLinesRun(t *testing.T) {
 		}
 
 		addr := testenv.FreeAddr(t)
-		var mounts []string
-		for _, vm := range c.VolumeMounts {
-			mounts = append(mounts, vm.MountPath, filepath.Join(tmp, "volume-"+vm.Name))
-		}
-		volumes := strings.NewReplacer(mounts...)
 		var args []string
 		for _, a := range c.Args {
 			// $(VAR) as Kubernetes expands it.
@@ -109,7 +166,7 @@ func TestChartCommandLinesRun(t *testing.T) {
 			case strings.HasPrefix(a, "--otlp.endpoint="):
 				a = "--otlp.endpoint=http://" + otlpAddr
 			}
-			args = append(args, volumes.Replace(a))
+			args = append(args, paths.Replace(a))
 		}
 		environ := []string{"HOME=" + tmp, "TMPDIR=" + tmp, "PATH=" + os.Getenv("PATH")}
 		for k, v := range env {
@@ -117,29 +174,100 @@ func TestChartCommandLinesRun(t *testing.T) {
 		}
 		t.Logf("%s: %s %s", key, filepath.Base(bin), strings.Join(args, " "))
 		exited := startProgramEnv(t, bin, environ, args...)
-		programs = append(programs, program{key, "http://" + addr + "/readyz", exited})
+
+		// Probe as the kubelet does: the readiness probe's path and scheme.
+		pr := c.ReadinessProbe
+		if pr == nil || pr.HTTPGet == nil {
+			t.Fatalf("%s: no HTTP readiness probe", key)
+		}
+		if got := pr.HTTPGet.Scheme == "HTTPS"; got != https {
+			t.Errorf("%s: readiness probe scheme %s", key, pr.HTTPGet.Scheme)
+		}
+		u := strings.ToLower(pr.HTTPGet.Scheme) + "://" + addr + pr.HTTPGet.Path
+		programs = append(programs, program{key, u, exited})
 	}
+	// The kubelet does not verify serving certificates.
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	for _, p := range programs {
-		u := p.readyz
 		waitFor(t, 2*time.Minute, func(ctx context.Context) error {
 			select {
 			case <-p.exited:
 				t.Fatalf("%s exited instead of becoming ready (log below)", p.name)
 			default:
 			}
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.readyz, nil)
 			if err != nil {
 				return err
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				return err
 			}
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("%s: %s", u, resp.Status)
+				return fmt.Errorf("%s: %s", p.readyz, resp.Status)
 			}
 			return nil
 		})
+	}
+}
+
+// secretFiles returns the files a Secret volume of the rendered Secret name
+// holds, or nil when the chart does not render that Secret.
+func secretFiles(t *testing.T, m manifests, name string) map[string]string {
+	t.Helper()
+	for _, o := range m.ofKind("Secret") {
+		if o.Metadata.Name != name {
+			continue
+		}
+		var s struct {
+			Data       map[string]string `yaml:"data"`
+			StringData map[string]string `yaml:"stringData"`
+		}
+		o.decode(t, &s)
+		files := map[string]string{}
+		for k, v := range s.Data {
+			b, err := base64.StdEncoding.DecodeString(v)
+			if err != nil {
+				t.Fatalf("Secret %s key %s: %v", name, k, err)
+			}
+			files[k] = string(b)
+		}
+		for k, v := range s.StringData {
+			files[k] = v
+		}
+		return files
+	}
+	return nil
+}
+
+// selfSignedTLS returns the files of a kubernetes.io/tls Secret for
+// 127.0.0.1.
+func selfSignedTLS(t *testing.T) map[string]string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "edgepipe-test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{
+		"tls.crt": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		"tls.key": string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})),
 	}
 }
