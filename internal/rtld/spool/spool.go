@@ -10,6 +10,11 @@
 // On-disk layout: <dir>/<first-index, 20 digits>.seg files of entries
 // [uint32 length][uint32 crc32c(time+payload)][int64 unix-nano time][payload],
 // little endian, and <dir>/cursor-<reader>.json with the reader's position.
+//
+// Why not github.com/tidwall/wal: its entries have no checksum, a torn tail
+// makes Open fail instead of being cut, it has one index rather than
+// several readers deciding retention, and it does not fsync the directory
+// when it starts a segment.
 package spool
 
 import (
