@@ -26,9 +26,9 @@ const AccessLogsTable = "access_logs"
 //
 // Identity: a batch with identity (log_format json) names each record by
 // (environment_id, profile_id, agent_id, datestamp, seq_num, record_index)
-// (seq_num counts per profile and agent), with
-// record_key ”. A record of a batch without identity (json_array,
-// json_lines) gets agent_id ”, datestamp ”, seq_num -1 and record_key =
+// (seq_num counts per profile and agent), with an empty record_key. A
+// record of a batch without identity (json_array, json_lines) gets an empty
+// agent_id and datestamp, seq_num -1 and record_key =
 // its "uuid" field with record_index 0 when it has one, or else the batch's
 // content hash with its record_index (the platform resends a failed batch
 // with the same bytes). The table is a ReplacingMergeTree ordered by that
