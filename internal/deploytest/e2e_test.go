@@ -123,6 +123,8 @@ func TestDashboardsEndToEnd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			ran := 0
+			defer func() { t.Logf("%d queries run and returned data", ran) }()
 			for _, q := range qs {
 				if q.Variable {
 					continue // ran while resolving
@@ -149,6 +151,8 @@ func TestDashboardsEndToEnd(t *testing.T) {
 						t.Errorf("%s (%s): %v\n%s", q.Where, sel.name, err, text)
 					case n == 0:
 						t.Errorf("%s (%s): no data\n%s", q.Where, sel.name, text)
+					default:
+						ran++
 					}
 				}
 			}
