@@ -193,6 +193,22 @@ func TestEndToEndExactlyOnceThroughCrashesAndOutages(t *testing.T) {
 		t.Fatalf("kcat saw %d messages (%d uuids), franz-go %d", len(kc), len(inKcat), len(recs))
 	}
 
+	// Both sinks caught up: nothing is left behind in the spool.
+	waitFor(t, "both sinks to catch up", 30*time.Second, func() bool {
+		return scrape(client, metrics, `edgepipe_rtld_sink_lag_entries{sink="kafka"}`) == 0 &&
+			scrape(client, metrics, `edgepipe_rtld_sink_lag_entries{sink="clickhouse"}`) == 0
+	})
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := client.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("%s: %d", path, resp.StatusCode)
+		}
+	}
+
 	// Ingest refusals on the live receiver: nothing is stored for them.
 	before := accepted()
 	ingest := base + "/ingest/" + env
