@@ -58,6 +58,7 @@ type flags struct {
 	maxBodyBytes        units.Base2Bytes
 	maxDecodedBytes     units.Base2Bytes
 	maxInFlight         int
+	maxRecordBytes      units.Base2Bytes
 	retryAfter          time.Duration
 	gapGrace            time.Duration
 	simulate            bool
@@ -93,6 +94,7 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("spool.segment-bytes", "Size of one spool segment file.").Default("64MiB").BytesVar(&f.spoolSegmentBytes)
 	app.Flag("ingest.max-body-bytes", "Largest request body as sent (gzip); 413 beyond.").Default("16MiB").BytesVar(&f.maxBodyBytes)
 	app.Flag("ingest.max-decoded-bytes", "Largest request body after decompression; 413 beyond (bounds memory per request at about 3x).").Default("32MiB").BytesVar(&f.maxDecodedBytes)
+	app.Flag("ingest.max-record-bytes", "Largest single record (JSON); a batch holding a bigger one gets 413, since Kafka could never take it (keep under the broker's message.max.bytes).").Default("512KiB").BytesVar(&f.maxRecordBytes)
 	app.Flag("ingest.max-in-flight", "Requests processed at once; beyond, 503 with Retry-After.").Default("16").IntVar(&f.maxInFlight)
 	app.Flag("ingest.retry-after", "Retry-After sent with 503 answers.").Default("5s").DurationVar(&f.retryAfter)
 	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default("10m").DurationVar(&f.gapGrace)
@@ -176,6 +178,7 @@ func run(args []string) error {
 			MaxBodyBytes:    int64(f.maxBodyBytes),
 			MaxDecodedBytes: int64(f.maxDecodedBytes),
 			MaxInFlight:     f.maxInFlight,
+			MaxRecordBytes:  int(f.maxRecordBytes),
 			RetryAfter:      f.retryAfter,
 		},
 		EnvironmentIDs: f.environmentIDs,

@@ -26,6 +26,7 @@ const (
 	DefaultMaxBodyBytes    = 16 << 20
 	DefaultMaxDecodedBytes = 32 << 20
 	DefaultMaxInFlight     = 16
+	DefaultMaxRecordBytes  = 512 << 10
 	DefaultRetryAfter      = 5 * time.Second
 )
 
@@ -39,6 +40,10 @@ type IngestConfig struct {
 	// MaxDecodedBytes bounds the body after decompression; 413 beyond. It
 	// also bounds the memory one request can use (about 3× this).
 	MaxDecodedBytes int64
+	// MaxRecordBytes bounds one record's JSON; a batch holding a bigger one
+	// is refused with 413 rather than accepted and then stuck forever in
+	// front of a sink that cannot take it (Kafka's message.max.bytes).
+	MaxRecordBytes int
 	// MaxInFlight is how many requests are processed at once; beyond it the
 	// answer is 503 with Retry-After.
 	MaxInFlight int
@@ -87,6 +92,9 @@ func NewIngest(cfg IngestConfig, sp Spooler, dups DuplicateChecker, m *Metrics, 
 	}
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.MaxRecordBytes <= 0 {
+		cfg.MaxRecordBytes = DefaultMaxRecordBytes
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = DefaultRetryAfter
@@ -240,6 +248,13 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	batch.ReceivedUnixNano = start.UnixNano()
 	n := len(batch.Records)
+	for i, rec := range batch.Records {
+		if len(rec) > in.cfg.MaxRecordBytes {
+			in.fail(w, http.StatusRequestEntityTooLarge, StatusTooLarge, wire.n,
+				fmt.Sprintf("record %d is %d bytes, more than the limit of %d", i, len(rec), in.cfg.MaxRecordBytes))
+			return
+		}
+	}
 	if in.dups != nil && batch.HasIdentity() && in.dups.Seen(batch) {
 		in.dups.CountDuplicate(env, batch.AgentID)
 		in.metrics.batches.WithLabelValues(StatusDuplicate).Inc()

@@ -115,6 +115,7 @@ func TestIngestAnswers(t *testing.T) {
 		{"broken gzip", "rtld", "s3cret", []byte("not gzip at all"), true, 400, 0, "gzip"},
 		{"oversized body", "rtld", "s3cret", bytes.Repeat([]byte(" "), 2<<20), false, 413, 0, "exceeds 1048576 bytes"},
 		{"gzip bomb", "rtld", "s3cret", bomb, true, 413, 0, "decompressed body exceeds"},
+		{"record too large", "rtld", "s3cret", gz(t, `[{"a":"`+strings.Repeat("x", 600<<10)+`"}]`), true, 413, 0, "record 0 is"},
 		{"duplicate", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 9)), true, 200, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
