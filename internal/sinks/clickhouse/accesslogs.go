@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -61,6 +62,11 @@ type AccessLogsConfig struct {
 	Logger *slog.Logger
 	// InsertTimeout bounds one delivery (default 60s).
 	InsertTimeout time.Duration
+	// Concurrency is how many INSERTs one delivery runs at once, each with
+	// a share of the batches (default 1). Rows are idempotent, so order does
+	// not matter; more than 1 helps when the server has idle cores (on a
+	// 2-core machine shared with the server it did not).
+	Concurrency int
 }
 
 // AccessLogs is the receiver's ClickHouse sink. It connects (and creates or
@@ -96,6 +102,9 @@ func NewAccessLogs(cfg AccessLogsConfig) *AccessLogs {
 	}
 	if cfg.InsertTimeout <= 0 {
 		cfg.InsertTimeout = 60 * time.Second
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 1
 	}
 	return &AccessLogs{cfg: cfg, log: cfg.Logger}
 }
@@ -281,9 +290,10 @@ func columnTypes(ctx context.Context, db *DB, table string) (map[string]string, 
 	return out, nil
 }
 
-// Deliver inserts every record of the batches in one INSERT and returns nil
-// once ClickHouse acknowledged it. A retried delivery inserts the same rows
-// again; ReplacingMergeTree collapses them.
+// Deliver inserts every record of the batches (in up to Concurrency
+// INSERTs running at once) and returns nil once ClickHouse acknowledged all
+// of them. A retried delivery inserts the same rows again;
+// ReplacingMergeTree collapses them.
 func (a *AccessLogs) Deliver(ctx context.Context, batches []*rtld.Batch) error {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.InsertTimeout)
 	defer cancel()
@@ -291,17 +301,47 @@ func (a *AccessLogs) Deliver(ctx context.Context, batches []*rtld.Batch) error {
 	if err != nil {
 		return err
 	}
-	data, err := buildColumns(batches, cols, uint64(time.Now().UnixNano()))
-	if err != nil {
-		return err
+	version := uint64(time.Now().UnixNano())
+	groups := splitBatches(batches, a.cfg.Concurrency)
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data := buildColumns(g, cols, version)
+			if data.rows > 0 {
+				errs[i] = db.InsertColumns(ctx, AccessLogsTable, names, data.slices())
+			}
+		}()
 	}
-	if data.rows == 0 {
-		return nil
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// splitBatches cuts batches into at most n runs of about equal record counts.
+func splitBatches(batches []*rtld.Batch, n int) [][]*rtld.Batch {
+	total := 0
+	for _, b := range batches {
+		total += len(b.Records)
 	}
-	if err := db.InsertColumns(ctx, AccessLogsTable, names, data.slices()); err != nil {
-		return err
+	if n <= 1 || len(batches) < 2 || total < 2000 {
+		return [][]*rtld.Batch{batches}
 	}
-	return nil
+	per := (total + n - 1) / n
+	var out [][]*rtld.Batch
+	start, count := 0, 0
+	for i, b := range batches {
+		count += len(b.Records)
+		if count >= per && len(out) < n-1 {
+			out = append(out, batches[start:i+1])
+			start, count = i+1, 0
+		}
+	}
+	if start < len(batches) {
+		out = append(out, batches[start:])
+	}
+	return out
 }
 
 // Close closes the connection.
@@ -343,7 +383,7 @@ func (d *columnData) slices() []any {
 }
 
 // buildColumns converts the records into typed columns.
-func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) (*columnData, error) {
+func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *columnData {
 	n := 0
 	for _, b := range batches {
 		n += len(b.Records)
@@ -447,7 +487,7 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) (*
 			d.rows++
 		}
 	}
-	return d, nil
+	return d
 }
 
 func encodeExtra(m map[string]json.RawMessage) string {

@@ -108,3 +108,35 @@ func TestAccessLogsExactlyOnceUnderFinal(t *testing.T) {
 		t.Fatalf("new_field = %d", nf)
 	}
 }
+
+func TestSplitBatches(t *testing.T) {
+	mk := func(sizes ...int) []*rtld.Batch {
+		var out []*rtld.Batch
+		for _, n := range sizes {
+			out = append(out, &rtld.Batch{Records: make([]json.RawMessage, n)})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		sizes []int
+		n     int
+		want  []int // batches per group
+	}{
+		{[]int{500, 500, 500, 500}, 2, []int{2, 2}},
+		{[]int{500, 500, 500, 500}, 1, []int{4}},
+		{[]int{10, 10}, 2, []int{2}}, // too small to split
+		{[]int{3000}, 4, []int{1}},
+		{[]int{1000, 1000, 1000}, 2, []int{2, 1}},
+	} {
+		groups := splitBatches(mk(tc.sizes...), tc.n)
+		var got []int
+		total := 0
+		for _, g := range groups {
+			got = append(got, len(g))
+			total += len(g)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) || total != len(tc.sizes) {
+			t.Errorf("splitBatches(%v, %d) = %v, want %v", tc.sizes, tc.n, got, tc.want)
+		}
+	}
+}
