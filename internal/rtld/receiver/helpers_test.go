@@ -27,6 +27,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
+	"github.com/edgepipe/edgepipe/internal/testenv"
 	kgzip "github.com/klauspost/compress/gzip"
 )
 
@@ -84,16 +85,12 @@ func (c testCert) webConfig(t testing.TB) string {
 	return p
 }
 
-// buildReceiver builds cmd/rtld-receiver into a temporary directory.
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// buildReceiver returns cmd/rtld-receiver built once for this test binary.
 func buildReceiver(t testing.TB) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "rtld-receiver")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/edgepipe/edgepipe/cmd/rtld-receiver")
-	cmd.Env = os.Environ()
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/rtld-receiver: %v\n%s", err, out)
-	}
-	return bin
+	return testenv.GoBuild(t, "github.com/edgepipe/edgepipe/cmd/rtld-receiver")
 }
 
 // receiverProcess is the receiver running as a child process.
