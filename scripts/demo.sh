@@ -4,7 +4,7 @@
 #   platform-sim   127.0.0.1:9790  (API + token endpoint, delivers RTLD batches)
 #   exporter       127.0.0.1:9780  (/metrics)
 #   rtld-receiver  127.0.0.1:9781  (ingest + /metrics)
-# (whichever of them exist yet), prints where to look, and stops everything
+# (skipping any whose binary is missing), prints where to look, and stops everything
 # on Ctrl-C. Logs go to $DEMO_DIR (default ./data/demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,8 +79,23 @@ wait_port() {
 	exit 1
 }
 
+# The platform posts log batches only to https: the receiver serves TLS with a
+# self-signed certificate made by the Go distribution's own generator, and the
+# simulator (demo only) skips verifying it.
+TLS_DIR=$(cd "$DEMO_DIR" && pwd)/tls
+if [ ! -s "$TLS_DIR/cert.pem" ]; then
+	mkdir -p "$TLS_DIR"
+	(cd "$TLS_DIR" && "$GO" run "$("$GO" env GOROOT)/src/crypto/tls/generate_cert.go" \
+		--host 127.0.0.1,localhost >/dev/null)
+fi
+cat >"$TLS_DIR/web.yml" <<YML
+tls_server_config:
+  cert_file: $TLS_DIR/cert.pem
+  key_file: $TLS_DIR/key.pem
+YML
+
 have_sim=false
-if start platform-sim --web.listen-address="$SIM_ADDR"; then
+if start platform-sim --web.listen-address="$SIM_ADDR" --delivery.insecure-skip-verify; then
 	wait_port "$SIM_ADDR" platform-sim
 	have_sim=true
 fi
@@ -102,7 +117,8 @@ if [ -x "$BIN/rtld-receiver" ]; then
 		# the flag is repeatable instead.
 		if EDGEPIPE_ENVIRONMENT_ID="$envs" start rtld-receiver \
 			--api.url="$SIM_URL" --auth.url="$SIM_URL" \
-			--public-url="http://$RECEIVER_ADDR" \
+			--public-url="https://$RECEIVER_ADDR" \
+			--web.config.file="$TLS_DIR/web.yml" \
 			--spool.dir="$DEMO_DIR/spool" \
 			--web.listen-address="$RECEIVER_ADDR"; then
 			wait_port "$RECEIVER_ADDR" rtld-receiver
@@ -124,7 +140,7 @@ cat <<MSG
 edgepipe demo is running: ${names[*]}
   platform simulator  $SIM_URL   (token: POST $SIM_URL/connect/token)
   exporter metrics    curl -s http://$EXPORTER_ADDR/metrics | grep '^cdn_'
-  receiver metrics    curl -s http://$RECEIVER_ADDR/metrics | grep '^edgepipe_'
+  receiver metrics    curl -sk https://$RECEIVER_ADDR/metrics | grep '^edgepipe_rtld_'
   receiver spool      ls $DEMO_DIR/spool
   logs                tail -f $DEMO_DIR/*.log
 Press Ctrl-C to stop.

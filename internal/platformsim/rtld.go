@@ -16,8 +16,8 @@ import (
 	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
 )
 
-// This file is owned by the rtld-sim helper: the RTLD endpoints
-// (/rtld/v1/...) and the log delivery engine (delivery*.go) plug in here.
+// This file serves the RTLD endpoints (/rtld/v1/...); the log delivery
+// engine they configure is in delivery*.go.
 //
 // Endpoints (scope app.rtld). The spec leaves the create and update
 // operations unstated; the simulator uses the REST convention:

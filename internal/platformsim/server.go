@@ -32,10 +32,10 @@
 // dataset's retention are left out; the bucket in progress is returned with
 // the traffic so far, and every bucket keeps growing for Config.LateData after
 // its end, then never changes.
-//
-// # Notes for the RTLD part (files rtld*.go and delivery*.go)
-//
-// Everything below is unexported and meant for code in this package:
+package platformsim
+
+// The RTLD service (rtld*.go, delivery*.go) is built on these unexported
+// parts of the Server:
 //
 //   - routeRTLD(r chi.Router) in rtld.go is called once from New while the
 //     router is built; r is the root router, so register full paths
@@ -54,7 +54,6 @@
 //     spawn may be called from routeRTLD (i.e. during New) or later from a
 //     handler; it returns false once the Server is closing.
 //   - s.now() is the simulated clock (Config.Now).
-package platformsim
 
 import (
 	"context"
