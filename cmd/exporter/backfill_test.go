@@ -49,16 +49,7 @@ func TestParseInstant(t *testing.T) {
 // chunk is recorded, so nothing is fetched twice.
 func TestBackfillCommand(t *testing.T) {
 	ch := testenv.ClickHouse(t)
-	sim := platformsim.New(platformsim.Config{Seed: 5})
-	base, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	t.Setenv(envClientID, platformsim.DemoClientID)
-	t.Setenv(envClientSecret, platformsim.DemoClientSecret)
-	t.Setenv(envEnvironmentIDs, "")
-	t.Setenv(envOrganizations, "")
+	sim, base := startSim(t, platformsim.Config{Seed: 5})
 	t.Setenv("EDGEPIPE_CLICKHOUSE_DSN", "")
 
 	// The day before yesterday: settled data, and the same range when the

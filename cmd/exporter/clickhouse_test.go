@@ -20,16 +20,7 @@ import (
 // self-metrics are on /metrics, and shutdown flushes.
 func TestRunWithClickHouse(t *testing.T) {
 	ch := testenv.ClickHouse(t)
-	sim := platformsim.New(platformsim.Config{Seed: 9})
-	base, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	t.Setenv(envClientID, platformsim.DemoClientID)
-	t.Setenv(envClientSecret, platformsim.DemoClientSecret)
-	t.Setenv(envEnvironmentIDs, "")
-	t.Setenv(envOrganizations, "")
+	_, base := startSim(t, platformsim.Config{Seed: 9})
 	t.Setenv("EDGEPIPE_CLICKHOUSE_DSN", ch.DSN("cdn"))
 	addr := testenv.FreeAddr(t)
 	stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))

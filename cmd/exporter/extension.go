@@ -9,8 +9,8 @@ import (
 )
 
 // extension is an optional part of the exporter that lives in its own file
-// of this package (the ClickHouse sink and the backfill command). See the
-// package comment in main.go for how to hook one in.
+// of this package (the ClickHouse sink and the backfill command); the package
+// comment in main.go describes how extensions fit into the program.
 type extension interface {
 	// register adds the extension's flags to the run command and its own
 	// commands to app. It is called once, before the arguments are parsed.
@@ -37,7 +37,7 @@ type parts struct {
 }
 
 // extensions lists the optional parts compiled into the exporter, in the
-// order their flags appear. Add yours here, e.g. newClickHouseExtension().
+// order their flags appear in --help.
 func extensions() []extension {
 	return []extension{newClickHouseExtension(), newBackfillExtension()}
 }

@@ -51,15 +51,14 @@ type testOptions struct {
 	run    func(*runFlags)
 }
 
-func startExporter(t *testing.T, o testOptions) *testExporter {
+// startSim starts a simulator with cfg on loopback until the test ends and
+// returns it with its base URL (API and token endpoint). The exporter's
+// credential variables are set to the simulator's demo client and its
+// environment-selection variables are cleared, so only flags choose what the
+// exporter serves.
+func startSim(t *testing.T, cfg platformsim.Config) (*platformsim.Server, string) {
 	t.Helper()
-	clock := fakeclock.New(start)
-	simCfg := o.sim
-	simCfg.Now = clock.Now
-	if simCfg.Seed == 0 {
-		simCfg.Seed = 7
-	}
-	sim := platformsim.New(simCfg)
+	sim := platformsim.New(cfg)
 	base, err := sim.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +68,18 @@ func startExporter(t *testing.T, o testOptions) *testExporter {
 	t.Setenv(envClientSecret, platformsim.DemoClientSecret)
 	t.Setenv(envEnvironmentIDs, "")
 	t.Setenv(envOrganizations, "")
+	return sim, base
+}
+
+func startExporter(t *testing.T, o testOptions) *testExporter {
+	t.Helper()
+	clock := fakeclock.New(start)
+	simCfg := o.sim
+	simCfg.Now = clock.Now
+	if simCfg.Seed == 0 {
+		simCfg.Seed = 7
+	}
+	sim, base := startSim(t, simCfg)
 
 	common := &commonFlags{apiURL: base, authURL: base, organizationIDs: []string{platformsim.DemoOrganizationID},
 		granularityName: "FIVE_MINUTES", shardCount: 1, logLevel: "warn", logFormat: "logfmt"}

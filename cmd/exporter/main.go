@@ -1,32 +1,39 @@
 // Command exporter polls the CDN platform's Metrics API and publishes every
-// dataset of every environment to Prometheus (scraped on /metrics) and,
-// when configured, to OpenTelemetry (OTLP push).
+// dataset of every environment to Prometheus (scraped on /metrics) and, when
+// configured, to OpenTelemetry (OTLP push) and ClickHouse.
 //
 //	exporter --simulate                         # demo against the built-in simulator
 //	EDGEPIPE_CLIENT_ID=… EDGEPIPE_CLIENT_SECRET=… exporter \
 //	    --api.url=https://api.example --auth.url=https://id.example \
 //	    --organization-id=<org>
 //
-// # Hooks for optional parts (ClickHouse sink, backfill)
+// # Commands
 //
-// Optional parts live in their own files of this package and plug in through
-// the extension interface (extension.go), without editing this file:
+// run (the default) discovers the environments to serve (--environment-id,
+// or every environment of --organization-id, split between instances with
+// --shard.index/--shard.count), polls every dataset at --granularity and
+// hands each batch of buckets to the configured sinks: the Prometheus
+// collector served on --web.listen-address (always), OTLP push with
+// --otlp.endpoint, and ClickHouse with --clickhouse.dsn, which also tells the
+// scheduler where stored data ends so a restart resumes instead of
+// re-reading history.
 //
-//  1. In your file (clickhouse.go, backfill.go) define a type implementing
-//     extension: register(app, run) adds your flags to the run command
-//     (e.g. --clickhouse.dsn) and your own commands to app (e.g. backfill);
-//     setup(ctx, h) returns your publishers, ResumeSource and closer for the
-//     run command (nil parts when your flags leave you disabled); command(ctx,
-//     name, h) runs your own commands.
-//  2. Add your constructor to the list in extensions() in extension.go
-//     (the one line outside your files).
+// backfill loads the range --from..--to of history into ClickHouse and
+// records what it loaded, so running the same command again after an
+// interruption continues where it stopped (--restart loads everything again).
 //
-// The *host handed to setup and command gives you the parsed common flags
-// (h.common: API, credentials, environments, organizations, granularity,
-// shard), the logger, the Prometheus registerer, the build version and
-// h.clients(ctx), which builds the platform, metrics and accounts clients from
-// the flags (starting the simulator first under --simulate), and
-// h.environments(ctx), the sharded environment discovery.
+// # How optional sinks and commands are organised
+//
+// The core of the program (this file, config.go, run.go) knows only the
+// Prometheus and OTLP sinks. Everything else is an extension (extension.go):
+// a type in its own file that adds flags to the run command and commands to
+// the application (register), contributes publishers, a resume source and a
+// shutdown hook to a run (setup), and runs its own commands (command). The
+// list of compiled-in extensions is extensions() in extension.go; today they
+// are the ClickHouse sink (clickhouse.go) and the backfill command
+// (backfill.go). Extensions reach the parsed common flags, the logger, the
+// Prometheus registerer and the platform clients through the *host they are
+// given, so they never parse flags or build clients themselves.
 package main
 
 import (
