@@ -16,9 +16,9 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/backfill"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
-	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/chtest"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -29,20 +29,6 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-func newAPIClient(t testing.TB, base string) *metricsapi.Client {
-	t.Helper()
-	unlimited := platform.Limits{Read: platform.RateLimit{Requests: -1}, Write: platform.RateLimit{Requests: -1}}
-	pc, err := platform.New(platform.Config{
-		BaseURL: base, AuthURL: base,
-		ClientID: platformsim.DemoClientID, ClientSecret: platformsim.DemoClientSecret,
-		RateLimits: map[string]platform.Limits{platform.ServiceMetrics: unlimited},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return metricsapi.NewClient(pc.Metrics())
 }
 
 type fixture struct {
@@ -65,7 +51,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.sim.Close() })
-	f.api = newAPIClient(t, base)
+	f.api = chtest.MetricsClient(t, base)
 	f.envs = f.sim.EnvironmentIDs()
 	if len(f.envs) != 25 {
 		t.Fatalf("simulator has %d environments, want 25", len(f.envs))
@@ -261,76 +247,14 @@ func TestBackfillSevenDays(t *testing.T) {
 // simulator's, value by value.
 func (f *fixture) compareRows(t *testing.T, ds *metricsapi.Dataset, from, to time.Time) {
 	t.Helper()
-	res, err := f.api.Data(context.Background(), metricsapi.Query{
-		Dataset: ds.Name, Environments: f.envs, Granularity: metricsapi.FiveMinutes, Start: from, End: to,
-	})
-	if err != nil {
-		t.Fatal(err)
+	want := chtest.Truth(t, f.api, ds, f.envs, from, to)
+	got := chtest.Stored(t, f.conn, f.db, ds, from, to)
+	if len(got) != len(want) {
+		t.Errorf("%s: %d rows stored in the last day, simulator has %d", ds.Name, len(got), len(want))
 	}
-	want := make(map[string][]float64, len(res.Rows))
-	for _, r := range res.Rows {
-		var labels []string
-		for _, l := range ds.Labels() {
-			labels = append(labels, r.Labels[slices.Index(res.Labels, l.Name)])
-		}
-		vals := make([]float64, len(ds.Metrics))
-		for i, m := range ds.Metrics {
-			v := r.Values[slices.Index(res.Metrics, m.Name)]
-			if metricsapi.Classify(m.Name).Kind == metricsapi.KindCount {
-				v = math.Round(max(v, 0))
-			}
-			vals[i] = v
-		}
-		want[r.Environment+"|"+strings.Join(labels, "|")+"|"+r.Time.UTC().Format(time.RFC3339)] = vals
+	if chtest.Compare(t, ds, want, got) == 0 {
+		t.Logf("%s: %d rows of the last day equal value by value", ds.Name, len(got))
 	}
-	cols := []string{"environment_id"}
-	for _, l := range ds.Labels() {
-		cols = append(cols, "toString(`"+l.Name+"`)")
-	}
-	cols = append(cols, "time")
-	for _, m := range ds.Metrics {
-		cols = append(cols, "toFloat64(`"+m.Name+"`)")
-	}
-	rows, err := f.conn.Query(context.Background(), fmt.Sprintf(
-		"SELECT %s FROM `%s`.`%s` FINAL WHERE granularity = 'FIVE_MINUTES' AND time >= toDateTime(%d) AND time < toDateTime(%d)",
-		strings.Join(cols, ", "), f.db, ds.Name, from.Unix(), to.Unix()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	got, bad := 0, 0
-	for rows.Next() {
-		var env string
-		var at time.Time
-		labels := make([]string, len(ds.Labels()))
-		vals := make([]float64, len(ds.Metrics))
-		dest := []any{&env}
-		for i := range labels {
-			dest = append(dest, &labels[i])
-		}
-		dest = append(dest, &at)
-		for i := range vals {
-			dest = append(dest, &vals[i])
-		}
-		if err := rows.Scan(dest...); err != nil {
-			t.Fatal(err)
-		}
-		got++
-		k := env + "|" + strings.Join(labels, "|") + "|" + at.UTC().Format(time.RFC3339)
-		w, ok := want[k]
-		if !ok || !slices.Equal(w, vals) {
-			if bad++; bad <= 5 {
-				t.Errorf("%s %s: stored %v, simulator %v (present %v)", ds.Name, k, vals, w, ok)
-			}
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if got != len(want) {
-		t.Errorf("%s: %d rows stored in the last day, simulator has %d", ds.Name, got, len(want))
-	}
-	t.Logf("%s: %d rows of the last day equal value by value", ds.Name, got)
 }
 
 // cancelAfter is a Reporter that cancels the run after n chunks, as Ctrl-C

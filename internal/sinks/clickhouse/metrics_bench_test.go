@@ -10,6 +10,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/chtest"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -28,7 +29,7 @@ func BenchmarkInsertEdgeUsageByCountry(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer sim.Close()
-	api := newAPIClient(b, base)
+	api := chtest.MetricsClient(b, base)
 	ds, err := api.Dataset(context.Background(), "edge_usage_by_country")
 	if err != nil {
 		b.Fatal(err)

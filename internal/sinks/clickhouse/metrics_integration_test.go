@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
-	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -18,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
-	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/schedule/fakeclock"
 	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/chtest"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -60,25 +57,11 @@ func newWorld(t *testing.T, envs int) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.sim.Close() })
-	w.api = newAPIClient(t, base)
+	w.api = chtest.MetricsClient(t, base)
 	w.envs = w.sim.EnvironmentIDs()
 	w.db = "cdn_" + strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name()))
 	w.dsn = ch.DSN(w.db)
 	return w
-}
-
-func newAPIClient(t testing.TB, base string) *metricsapi.Client {
-	t.Helper()
-	unlimited := platform.Limits{Read: platform.RateLimit{Requests: -1}, Write: platform.RateLimit{Requests: -1}}
-	pc, err := platform.New(platform.Config{
-		BaseURL: base, AuthURL: base,
-		ClientID: platformsim.DemoClientID, ClientSecret: platformsim.DemoClientSecret,
-		RateLimits: map[string]platform.Limits{platform.ServiceMetrics: unlimited},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return metricsapi.NewClient(pc.Metrics())
 }
 
 func (w *world) newSink(reg prometheus.Registerer) *chsink.Sink {
@@ -229,113 +212,6 @@ func flush(t *testing.T, s *chsink.Sink) {
 	}
 }
 
-// rowKey identifies a bucket of a series.
-func rowKey(env string, labels []string, at time.Time) string {
-	return env + "|" + strings.Join(labels, "|") + "|" + at.UTC().Format(time.RFC3339)
-}
-
-// truth asks the simulator (over HTTP, with a client of its own) for every
-// bucket of ds in [from, to) at the current simulated time, keyed by
-// rowKey, values in descriptor metric order, counts rounded as stored.
-func (w *world) truth(ds *metricsapi.Dataset, from, to time.Time) map[string][]float64 {
-	w.t.Helper()
-	res, err := w.api.Data(context.Background(), metricsapi.Query{
-		Dataset: ds.Name, Environments: w.envs, Granularity: metricsapi.FiveMinutes,
-		Start: from, End: to,
-	})
-	if err != nil {
-		w.t.Fatalf("truth for %s: %v", ds.Name, err)
-	}
-	out := make(map[string][]float64, len(res.Rows))
-	for _, row := range res.Rows {
-		labels := reorder(res.Labels, row.Labels, ds)
-		vals := make([]float64, len(ds.Metrics))
-		for i, m := range ds.Metrics {
-			j := slices.Index(res.Metrics, m.Name)
-			v := math.NaN()
-			if j >= 0 {
-				v = row.Values[j]
-			}
-			if metricsapi.Classify(m.Name).Kind == metricsapi.KindCount {
-				if math.IsNaN(v) || v < 0 {
-					v = 0
-				}
-				v = math.Round(v)
-			}
-			vals[i] = v
-		}
-		k := rowKey(row.Environment, labels, row.Time)
-		if _, dup := out[k]; dup {
-			w.t.Fatalf("simulator returned %s twice", k)
-		}
-		out[k] = vals
-	}
-	return out
-}
-
-// reorder puts label values into the descriptor's label order.
-func reorder(names, values []string, ds *metricsapi.Dataset) []string {
-	var out []string
-	for _, d := range ds.Labels() {
-		i := slices.Index(names, d.Name)
-		v := ""
-		if i >= 0 {
-			v = values[i]
-		}
-		out = append(out, v)
-	}
-	return out
-}
-
-// stored reads ds's table under FINAL for [from, to), keyed like truth.
-func (w *world) stored(conn driver.Conn, ds *metricsapi.Dataset, from, to time.Time) map[string][]float64 {
-	w.t.Helper()
-	cols := []string{"environment_id"}
-	for _, d := range ds.Labels() {
-		// Every label as text: NUMBER dimensions come back as integers.
-		cols = append(cols, "toString(`"+d.Name+"`)")
-	}
-	cols = append(cols, "time")
-	for _, m := range ds.Metrics {
-		cols = append(cols, "toFloat64(`"+m.Name+"`)")
-	}
-	q := fmt.Sprintf("SELECT %s FROM `%s`.`%s` FINAL WHERE granularity = 'FIVE_MINUTES' AND time >= toDateTime(%d) AND time < toDateTime(%d)",
-		strings.Join(cols, ", "), w.db, ds.Name, from.Unix(), to.Unix())
-	rows, err := conn.Query(context.Background(), q)
-	if err != nil {
-		w.t.Fatalf("read %s: %v", ds.Name, err)
-	}
-	defer rows.Close()
-	out := make(map[string][]float64)
-	nl := len(ds.Labels())
-	for rows.Next() {
-		var env string
-		labels := make([]string, nl)
-		var at time.Time
-		vals := make([]float64, len(ds.Metrics))
-		dest := []any{&env}
-		for i := range labels {
-			dest = append(dest, &labels[i])
-		}
-		dest = append(dest, &at)
-		for i := range vals {
-			dest = append(dest, &vals[i])
-		}
-		if err := rows.Scan(dest...); err != nil {
-			w.t.Fatalf("scan %s: %v", ds.Name, err)
-		}
-		k := rowKey(env, labels, at)
-		if _, dup := out[k]; dup {
-			w.t.Errorf("%s: %s twice under FINAL", ds.Name, k)
-		}
-		out[k] = vals
-	}
-	if err := rows.Err(); err != nil {
-		w.t.Fatal(err)
-	}
-	return out
-}
-
 // compare checks that ClickHouse holds exactly the simulator's rows of
 // every dataset over [from, to): same keys, every value equal.
 func (w *world) compare(conn driver.Conn, from, to time.Time) (total int) {
@@ -349,38 +225,15 @@ func (w *world) compare(conn driver.Conn, from, to time.Time) (total int) {
 	}
 	for i := range dss {
 		ds := &dss[i]
-		want := w.truth(ds, from, to)
-		got := w.stored(conn, ds, from, to)
+		want := chtest.Truth(w.t, w.api, ds, w.envs, from, to)
+		got := chtest.Stored(w.t, conn, w.db, ds, from, to)
 		if len(want) == 0 {
 			w.t.Errorf("%s: the simulator has no rows in [%s, %s): the comparison would prove nothing", ds.Name, from, to)
 		}
 		if len(got) != len(want) {
 			w.t.Errorf("%s: %d rows in ClickHouse (FINAL), simulator has %d", ds.Name, len(got), len(want))
 		}
-		bad := 0
-		for k, wv := range want {
-			gv, ok := got[k]
-			if !ok {
-				if bad++; bad <= 5 {
-					w.t.Errorf("%s: missing row %s", ds.Name, k)
-				}
-				continue
-			}
-			for j := range wv {
-				if !(gv[j] == wv[j] || (math.IsNaN(gv[j]) && math.IsNaN(wv[j]))) {
-					if bad++; bad <= 5 {
-						w.t.Errorf("%s %s: %s = %v, simulator %v", ds.Name, k, ds.Metrics[j].Name, gv[j], wv[j])
-					}
-				}
-			}
-		}
-		for k := range got {
-			if _, ok := want[k]; !ok {
-				if bad++; bad <= 5 {
-					w.t.Errorf("%s: extra row %s", ds.Name, k)
-				}
-			}
-		}
+		chtest.Compare(w.t, ds, want, got)
 		total += len(want)
 	}
 	return total
@@ -526,15 +379,3 @@ func TestExporterRestartBackfillsGap(t *testing.T) {
 	}
 	w.compare(conn, t0.Add(-30*time.Minute), metricsapi.FiveMinutes.Truncate(w.clock.Now()))
 }
-
-// sortedKeys is for debugging output.
-func sortedKeys(m map[string][]float64) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-var _ = sortedKeys
