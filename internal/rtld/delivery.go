@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -41,9 +42,35 @@ type Worker struct {
 	MinBackoff, MaxBackoff time.Duration
 }
 
+// Preparer is an optional extension of Sink: Prepare does a delivery's CPU
+// work (converting records into the sink's wire form) without I/O, and the
+// returned Prepared sends it, as often as the worker retries. A worker whose
+// sink is a Preparer prepares the next group while the sink is still
+// acknowledging the current one, so conversion and the sink's own work
+// overlap instead of alternating.
+type Preparer interface {
+	Prepare(batches []*Batch) Prepared
+}
+
+// Prepared is one prepared delivery; Deliver has Sink.Deliver's contract
+// and may be called again after an error.
+type Prepared interface {
+	Deliver(ctx context.Context) error
+}
+
+// group is one read from the spool, decoded and prepared.
+type group struct {
+	entries []spool.Entry
+	batches int
+	records int
+	send    func(ctx context.Context) error // nil: nothing to deliver
+}
+
 // Run delivers until ctx ends; it returns nil then, or an error if the spool
 // fails. Batches delivered but not yet committed when ctx ends are
-// delivered again after a restart.
+// delivered again after a restart. Reading, decoding and preparing the next
+// group runs in a second goroutine, one group ahead of delivery; Run stops
+// and waits for it before returning.
 func (w *Worker) Run(ctx context.Context) error {
 	if w.MaxBatches <= 0 {
 		w.MaxBatches = 256
@@ -62,6 +89,44 @@ func (w *Worker) Run(ctx context.Context) error {
 		log = slog.Default()
 	}
 	log = log.With("sink", w.Name)
+
+	readCtx, cancel := context.WithCancel(ctx)
+	groups := make(chan group) // unbuffered: one group prepared ahead, one in delivery
+	readErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(groups)
+		readErr <- w.read(readCtx, log, groups)
+	}()
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for g := range groups {
+		if g.send != nil {
+			if err := w.deliver(ctx, log, g); err != nil {
+				return nil // ctx ended
+			}
+		}
+		w.Metrics.sinkBatches.WithLabelValues(w.Name).Add(float64(g.batches))
+		w.Metrics.sinkRecords.WithLabelValues(w.Name).Add(float64(g.records))
+		if err := w.Reader.Commit(g.entries[len(g.entries)-1].Next); err != nil {
+			return fmt.Errorf("%s worker committing its spool position: %w", w.Name, err)
+		}
+	}
+	err := <-readErr
+	if err == nil || ctx.Err() != nil || errors.Is(err, spool.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// read reads, decodes and prepares groups into out until ctx ends or the
+// spool fails.
+func (w *Worker) read(ctx context.Context, log *slog.Logger, out chan<- group) error {
+	prep, _ := w.Sink.(Preparer)
 	for {
 		entries, err := w.Reader.Next(ctx, w.MaxBatches, w.MaxBytes)
 		if err != nil {
@@ -70,8 +135,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("%s worker reading the spool: %w", w.Name, err)
 		}
+		if len(entries) == 0 {
+			continue
+		}
 		batches := make([]*Batch, 0, len(entries))
-		records := 0
+		g := group{entries: entries}
 		for _, e := range entries {
 			b, err := UnmarshalBatch(e.Data)
 			if err != nil {
@@ -81,31 +149,33 @@ func (w *Worker) Run(ctx context.Context) error {
 				continue
 			}
 			batches = append(batches, b)
-			records += len(b.Records)
+			g.records += len(b.Records)
 		}
-		if err := w.deliver(ctx, log, batches); err != nil {
-			return nil // ctx ended
+		g.batches = len(batches)
+		switch {
+		case len(batches) == 0:
+		case prep != nil:
+			g.send = prep.Prepare(batches).Deliver
+		default:
+			g.send = func(ctx context.Context) error { return w.Sink.Deliver(ctx, batches) }
 		}
-		w.Metrics.sinkBatches.WithLabelValues(w.Name).Add(float64(len(batches)))
-		w.Metrics.sinkRecords.WithLabelValues(w.Name).Add(float64(records))
-		if err := w.Reader.Commit(entries[len(entries)-1].Next); err != nil {
-			return fmt.Errorf("%s worker committing its spool position: %w", w.Name, err)
+		select {
+		case out <- g:
+		case <-ctx.Done():
+			return nil
 		}
 	}
 }
 
 // deliver retries until the sink acknowledges or ctx ends.
-func (w *Worker) deliver(ctx context.Context, log *slog.Logger, batches []*Batch) error {
-	if len(batches) == 0 {
-		return nil
-	}
+func (w *Worker) deliver(ctx context.Context, log *slog.Logger, g group) error {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = w.MinBackoff
 	b.MaxInterval = w.MaxBackoff
 	b.RandomizationFactor = 0.3
 	for attempt := 1; ; attempt++ {
 		start := time.Now()
-		err := w.Sink.Deliver(ctx, batches)
+		err := g.send(ctx)
 		if err == nil {
 			w.Metrics.sinkSeconds.WithLabelValues(w.Name).Observe(time.Since(start).Seconds())
 			if attempt > 1 {
@@ -118,7 +188,7 @@ func (w *Worker) deliver(ctx context.Context, log *slog.Logger, batches []*Batch
 		}
 		w.Metrics.sinkErrors.WithLabelValues(w.Name).Inc()
 		wait := b.NextBackOff()
-		log.Warn("rtld: delivery failed, retrying", "batches", len(batches), "attempt", attempt, "retry_in", wait, "err", err)
+		log.Warn("rtld: delivery failed, retrying", "batches", g.batches, "attempt", attempt, "retry_in", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

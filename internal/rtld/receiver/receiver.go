@@ -222,6 +222,11 @@ func (r *Receiver) Run(ctx context.Context) error {
 			return err
 		}
 		w := &rtld.Worker{Name: name, Sink: sink, Reader: reader, Metrics: r.metrics, Log: r.log}
+		if name == SinkClickHouse {
+			// ClickHouse wants few large INSERTs (each one is a part to
+			// merge): up to 32 MiB of JSON (~16k records of 2 KB) at once.
+			w.MaxBatches, w.MaxBytes = 1024, 32<<20
+		}
 		start(name+" worker", w.Run)
 	}
 	gapReader, err := r.spool.Reader(rtld.GapReader)

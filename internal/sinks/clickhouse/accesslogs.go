@@ -80,6 +80,7 @@ type AccessLogs struct {
 	db      *DB
 	columns []accessColumn // in insert order
 	names   []string
+	gen     int // counts connects: prepared columns of another gen are rebuilt
 }
 
 // accessColumn is one typed field column.
@@ -119,21 +120,21 @@ func isFixed(code string) bool {
 }
 
 // connect opens the connection and ensures the table once.
-func (a *AccessLogs) connect(ctx context.Context) (*DB, []accessColumn, []string, error) {
+func (a *AccessLogs) connect(ctx context.Context) (*DB, []accessColumn, []string, int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.db != nil {
-		return a.db, a.columns, a.names, nil
+		return a.db, a.columns, a.names, a.gen, nil
 	}
 	opts := append([]Option{WithLogger(a.log)}, a.cfg.Options...)
 	db, err := Open(ctx, a.cfg.DSN, opts...)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, 0, err
 	}
 	cols, err := a.ensureTable(ctx, db)
 	if err != nil {
 		_ = db.Close()
-		return nil, nil, nil, err
+		return nil, nil, nil, 0, err
 	}
 	names := make([]string, 0, len(fixedColumns)+2*len(cols))
 	for _, c := range fixedColumns {
@@ -145,8 +146,9 @@ func (a *AccessLogs) connect(ctx context.Context) (*DB, []accessColumn, []string
 			names = append(names, c.fraction)
 		}
 	}
+	a.gen++
 	a.db, a.columns, a.names = db, cols, names
-	return db, cols, names, nil
+	return db, cols, names, a.gen, nil
 }
 
 // AccessLogsDDL returns the CREATE TABLE statement for the server version v
@@ -295,24 +297,79 @@ func columnTypes(ctx context.Context, db *DB, table string) (map[string]string, 
 // of them. A retried delivery inserts the same rows again;
 // ReplacingMergeTree collapses them.
 func (a *AccessLogs) Deliver(ctx context.Context, batches []*rtld.Batch) error {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.InsertTimeout)
-	defer cancel()
-	db, cols, names, err := a.connect(ctx)
-	if err != nil {
-		return err
+	return a.Prepare(batches).Deliver(ctx)
+}
+
+// Prepare converts the batches into columns now, when the table's columns
+// are known (after the first connect), so that the returned delivery only
+// sends them (rtld.Preparer: the worker converts the next group while
+// ClickHouse is still inserting the current one).
+func (a *AccessLogs) Prepare(batches []*rtld.Batch) rtld.Prepared {
+	p := &preparedInsert{a: a, groups: splitBatches(batches, a.cfg.Concurrency), version: uint64(time.Now().UnixNano())}
+	a.mu.Lock()
+	cols, gen := a.columns, a.gen
+	a.mu.Unlock()
+	if cols != nil {
+		p.build(cols, gen, false)
 	}
-	version := uint64(time.Now().UnixNano())
-	groups := splitBatches(batches, a.cfg.Concurrency)
-	errs := make([]error, len(groups))
+	return p
+}
+
+// preparedInsert is one delivery: its groups of batches, each converted
+// into columns for the column layout of connect generation gen.
+type preparedInsert struct {
+	a       *AccessLogs
+	groups  [][]*rtld.Batch
+	version uint64
+	gen     int
+	data    []*columnData
+}
+
+// build converts every group (in parallel when there are several and
+// parallel is set).
+func (p *preparedInsert) build(cols []accessColumn, gen int, parallel bool) {
+	p.gen = gen
+	p.data = make([]*columnData, len(p.groups))
+	if !parallel || len(p.groups) == 1 {
+		for i, g := range p.groups {
+			p.data[i] = buildColumns(g, cols, p.version)
+		}
+		return
+	}
 	var wg sync.WaitGroup
-	for i, g := range groups {
+	for i, g := range p.groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			data := buildColumns(g, cols, version)
-			if data.rows > 0 {
-				errs[i] = db.InsertColumns(ctx, AccessLogsTable, names, data.slices())
-			}
+			p.data[i] = buildColumns(g, cols, p.version)
+		}()
+	}
+	wg.Wait()
+}
+
+// Deliver runs the INSERTs (connecting first when needed) and returns nil
+// once ClickHouse acknowledged every row. It may be called again after an
+// error.
+func (p *preparedInsert) Deliver(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.a.cfg.InsertTimeout)
+	defer cancel()
+	db, cols, names, gen, err := p.a.connect(ctx)
+	if err != nil {
+		return err
+	}
+	if p.data == nil || p.gen != gen {
+		p.build(cols, gen, true)
+	}
+	errs := make([]error, len(p.data))
+	var wg sync.WaitGroup
+	for i, data := range p.data {
+		if data.rows == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = db.InsertColumns(ctx, AccessLogsTable, names, data.slices())
 		}()
 	}
 	wg.Wait()
@@ -356,7 +413,16 @@ func (a *AccessLogs) Close() error {
 	return err
 }
 
-// columnData holds one INSERT, column by column.
+// Kinds of field columns.
+const (
+	kindString = iota
+	kindInt
+	kindFloat
+	kindTime
+)
+
+// columnData holds one INSERT, column by column. Field columns are kept in
+// typed slices (not []any) so that appending a value never allocates.
 type columnData struct {
 	rows int
 	// fixed columns
@@ -365,16 +431,30 @@ type columnData struct {
 	index                                                    []uint32
 	received                                                 []time.Time
 	version                                                  []uint64
-	// field columns, parallel to cols
+	// field columns, parallel to cols; only the slice of each column's
+	// kind is used
 	cols   []accessColumn
-	values []any // []string, []int64, []float64, []time.Time
+	kind   []uint8
+	strs   [][]string
+	ints   [][]int64
+	floats [][]float64
+	times  [][]time.Time
 	fracs  [][]uint32
 }
 
 func (d *columnData) slices() []any {
 	out := []any{d.env, d.agent, d.datestamp, d.seq, d.recordKey, d.index, d.profile, d.format, d.received, d.extra, d.version}
 	for i, c := range d.cols {
-		out = append(out, d.values[i])
+		switch d.kind[i] {
+		case kindTime:
+			out = append(out, d.times[i])
+		case kindInt:
+			out = append(out, d.ints[i])
+		case kindFloat:
+			out = append(out, d.floats[i])
+		default:
+			out = append(out, d.strs[i])
+		}
 		if c.fraction != "" {
 			out = append(out, d.fracs[i])
 		}
@@ -382,38 +462,60 @@ func (d *columnData) slices() []any {
 	return out
 }
 
-// buildColumns converts the records into typed columns.
+// columnIndex finds a field column by its code.
+type columnIndex map[string]int
+
+// buildColumns converts the records into typed columns. Each record's
+// members are walked once (rtld.EachMember); string values without escapes
+// are substrings of one string copy of the record, so a record costs one
+// allocation, not one per field.
 func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *columnData {
 	n := 0
 	for _, b := range batches {
 		n += len(b.Records)
 	}
-	d := &columnData{cols: cols, values: make([]any, len(cols)), fracs: make([][]uint32, len(cols))}
-	byName := make(map[string]int, len(cols))
+	k := len(cols)
+	d := &columnData{
+		cols: cols, kind: make([]uint8, k),
+		strs: make([][]string, k), ints: make([][]int64, k), floats: make([][]float64, k),
+		times: make([][]time.Time, k), fracs: make([][]uint32, k),
+		env: make([]string, 0, n), agent: make([]string, 0, n), datestamp: make([]string, 0, n),
+		recordKey: make([]string, 0, n), profile: make([]string, 0, n), format: make([]string, 0, n),
+		extra: make([]string, 0, n), seq: make([]int64, 0, n), index: make([]uint32, 0, n),
+		received: make([]time.Time, 0, n), version: make([]uint64, 0, n),
+	}
+	byName := make(columnIndex, len(cols))
 	for i, c := range cols {
 		byName[c.name] = i
 		switch {
 		case c.field.Type == logfield.Timestamp:
-			d.values[i] = make([]time.Time, 0, n)
+			d.kind[i] = kindTime
+			d.times[i] = make([]time.Time, 0, n)
 			if c.fraction != "" {
 				d.fracs[i] = make([]uint32, 0, n)
 			}
 		case c.typ == "Int64":
-			d.values[i] = make([]int64, 0, n)
+			d.kind[i] = kindInt
+			d.ints[i] = make([]int64, 0, n)
 		case c.typ == "Float64":
-			d.values[i] = make([]float64, 0, n)
+			d.kind[i] = kindFloat
+			d.floats[i] = make([]float64, 0, n)
 		default:
-			d.values[i] = make([]string, 0, n)
+			d.kind[i] = kindString
+			d.strs[i] = make([]string, 0, n)
 		}
 	}
 	set := make([]bool, len(cols))
+	var extra map[string]json.RawMessage
 	for _, b := range batches {
 		var batchHash string
+		received := time.Unix(0, b.ReceivedUnixNano).UTC()
 		for ri, raw := range b.Records {
 			for i := range set {
 				set[i] = false
 			}
-			var extra map[string]json.RawMessage
+			clear(extra)
+			rs := string(raw) // string values without escapes are substrings of rs
 			keep := func(code string, v json.RawMessage) {
 				if extra == nil {
 					extra = map[string]json.RawMessage{}
@@ -440,7 +542,9 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *c
 					// A repeated key: the last one wins, as in encoding/json.
 					d.dropLast(i)
 				}
-				if !d.appendValue(i, v) {
+				// v is raw[off:off+len(v)].
+				off := cap(raw) - cap(v)
+				if !d.appendValue(i, v, rs[off:off+len(v)]) {
 					d.appendZero(i)
 					keep(cols[i].name, v)
 				}
@@ -449,7 +553,7 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *c
 			if err != nil {
 				// Ingest only spools valid JSON objects, so this is
 				// corruption: keep the record whole rather than lose it.
-				keep("_unparsed_record", json.RawMessage(strconv.Quote(string(raw))))
+				keep("_unparsed_record", json.RawMessage(strconv.Quote(rs)))
 			}
 			for i, ok := range set {
 				if !ok {
@@ -481,7 +585,7 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *c
 			}
 			d.profile = append(d.profile, b.ProfileID)
 			d.format = append(d.format, string(b.Format))
-			d.received = append(d.received, time.Unix(0, b.ReceivedUnixNano).UTC())
+			d.received = append(d.received, received)
 			d.version = append(d.version, version)
 			d.extra = append(d.extra, encodeExtra(extra))
 			d.rows++
@@ -529,101 +633,104 @@ func jsonString(v json.RawMessage) string {
 	return s
 }
 
-// appendValue appends v to column i; false when v does not fit its type
-// (the caller then keeps it in extra). null counts as fitting: zero value.
-func (d *columnData) appendValue(i int, v json.RawMessage) bool {
-	if string(v) == "null" {
+// appendValue appends v to column i; vs is v's text as a string (shared
+// with the rest of its record). It returns false when v does not fit the
+// column's type (the caller then keeps it in extra). null counts as
+// fitting: zero value.
+func (d *columnData) appendValue(i int, v json.RawMessage, vs string) bool {
+	if vs == "null" {
 		d.appendZero(i)
 		return true
 	}
-	c := d.cols[i]
-	switch col := d.values[i].(type) {
-	case []time.Time:
-		sec, us, ok := parseTimestamp(v)
+	switch d.kind[i] {
+	case kindTime:
+		sec, us, ok := parseTimestamp(vs)
 		if !ok {
 			return false
 		}
-		if c.fraction != "" {
-			d.values[i] = append(col, time.Unix(sec, 0).UTC())
+		if d.cols[i].fraction != "" {
+			d.times[i] = append(d.times[i], time.Unix(sec, 0).UTC())
 			d.fracs[i] = append(d.fracs[i], us)
 		} else {
-			d.values[i] = append(col, time.Unix(sec, int64(us)*1000).UTC())
+			d.times[i] = append(d.times[i], time.Unix(sec, int64(us)*1000).UTC())
 		}
-	case []int64:
-		n, ok := parseRecordInt(v)
+	case kindInt:
+		n, ok := parseRecordInt(vs)
 		if !ok {
 			return false
 		}
-		d.values[i] = append(col, n)
-	case []float64:
-		f, ok := parseRecordFloat(v)
+		d.ints[i] = append(d.ints[i], n)
+	case kindFloat:
+		f, ok := parseRecordFloat(vs)
 		if !ok {
 			return false
 		}
-		d.values[i] = append(col, f)
-	case []string:
-		if len(v) > 0 && v[0] == '"' {
-			s := jsonString(v)
-			if s == "" && string(v) != `""` {
+		d.floats[i] = append(d.floats[i], f)
+	default:
+		if len(vs) > 0 && vs[0] == '"' {
+			var s string
+			if strings.IndexByte(vs, '\\') < 0 {
+				s = vs[1 : len(vs)-1]
+			} else if s = jsonString(v); s == "" {
 				return false
 			}
-			d.values[i] = append(col, s)
+			d.strs[i] = append(d.strs[i], s)
 		} else {
 			// A number or boolean where a string was expected: keep its text.
-			if v[0] == '{' || v[0] == '[' {
+			if vs[0] == '{' || vs[0] == '[' {
 				return false
 			}
-			d.values[i] = append(col, string(v))
+			d.strs[i] = append(d.strs[i], vs)
 		}
-	default:
-		return false
 	}
 	return true
 }
 
 // dropLast removes the last value of column i.
 func (d *columnData) dropLast(i int) {
-	switch col := d.values[i].(type) {
-	case []time.Time:
-		d.values[i] = col[:len(col)-1]
+	switch d.kind[i] {
+	case kindTime:
+		d.times[i] = d.times[i][:len(d.times[i])-1]
 		if d.cols[i].fraction != "" {
 			d.fracs[i] = d.fracs[i][:len(d.fracs[i])-1]
 		}
-	case []int64:
-		d.values[i] = col[:len(col)-1]
-	case []float64:
-		d.values[i] = col[:len(col)-1]
-	case []string:
-		d.values[i] = col[:len(col)-1]
+	case kindInt:
+		d.ints[i] = d.ints[i][:len(d.ints[i])-1]
+	case kindFloat:
+		d.floats[i] = d.floats[i][:len(d.floats[i])-1]
+	default:
+		d.strs[i] = d.strs[i][:len(d.strs[i])-1]
 	}
 }
 
+// epoch is the zero of timestamp columns.
+var epoch = time.Unix(0, 0).UTC()
+
 func (d *columnData) appendZero(i int) {
-	switch col := d.values[i].(type) {
-	case []time.Time:
-		d.values[i] = append(col, time.Unix(0, 0).UTC())
+	switch d.kind[i] {
+	case kindTime:
+		d.times[i] = append(d.times[i], epoch)
 		if d.cols[i].fraction != "" {
 			d.fracs[i] = append(d.fracs[i], 0)
 		}
-	case []int64:
-		d.values[i] = append(col, 0)
-	case []float64:
-		d.values[i] = append(col, 0)
-	case []string:
-		d.values[i] = append(col, "")
+	case kindInt:
+		d.ints[i] = append(d.ints[i], 0)
+	case kindFloat:
+		d.floats[i] = append(d.floats[i], 0)
+	default:
+		d.strs[i] = append(d.strs[i], "")
 	}
 }
 
 // unquoteNumber strips the quotes of a JSON string holding a number ("200").
-func unquoteNumber(v json.RawMessage) string {
-	s := string(v)
+func unquoteNumber(s string) string {
 	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
 		return s[1 : len(s)-1]
 	}
 	return s
 }
 
-func parseRecordInt(v json.RawMessage) (int64, bool) {
+func parseRecordInt(v string) (int64, bool) {
 	s := unquoteNumber(v)
 	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 		return n, true
@@ -635,7 +742,7 @@ func parseRecordInt(v json.RawMessage) (int64, bool) {
 	return int64(f), true
 }
 
-func parseRecordFloat(v json.RawMessage) (float64, bool) {
+func parseRecordFloat(v string) (float64, bool) {
 	f, err := strconv.ParseFloat(unquoteNumber(v), 64)
 	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
 		return 0, false
@@ -645,7 +752,7 @@ func parseRecordFloat(v json.RawMessage) (float64, bool) {
 
 // parseTimestamp reads Unix seconds with an optional fraction
 // ("1523916295.768957") exactly, without a float's rounding.
-func parseTimestamp(v json.RawMessage) (sec int64, us uint32, ok bool) {
+func parseTimestamp(v string) (sec int64, us uint32, ok bool) {
 	s := unquoteNumber(v)
 	if strings.ContainsAny(s, "eE") {
 		f, err := strconv.ParseFloat(s, 64)

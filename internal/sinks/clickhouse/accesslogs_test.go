@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -28,7 +29,7 @@ func TestParseTimestamp(t *testing.T) {
 		{`"yesterday"`, 0, 0, false},
 		{"-5", 0, 0, false},
 	} {
-		sec, us, ok := parseTimestamp(json.RawMessage(tc.in))
+		sec, us, ok := parseTimestamp(tc.in)
 		if sec != tc.sec || ok != tc.ok || (ok && absDiff(us, tc.us) > 1) {
 			t.Errorf("parseTimestamp(%s) = %d, %d, %v; want %d, %d, %v", tc.in, sec, us, ok, tc.sec, tc.us, tc.ok)
 		}
@@ -140,3 +141,63 @@ func TestSplitBatches(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildColumnsValues(t *testing.T) {
+	fields := []logfield.Field{
+		{Code: "host", Type: logfield.String},
+		{Code: "status_code", Type: logfield.Integer},
+		{Code: "total_time", Type: logfield.Float},
+		{Code: "timestamp", Type: logfield.Timestamp},
+	}
+	cols := accessColumns(Version{}, fields, nil) // no DateTime64: timestamp_us column
+	for _, tc := range []struct {
+		name   string
+		record string
+		host   string
+		status int64
+		total  float64
+		sec    int64
+		us     uint32
+		extra  string
+	}{
+		{"plain", `{"host":"a.example","status_code":200,"total_time":0.5,"timestamp":1763856000.000002}`, "a.example", 200, 0.5, 1763856000, 2, ""},
+		{"escaped string", `{"host":"a\"b\u00e9"}`, `a"bé`, 0, 0, 0, 0, ""},
+		{"empty string", `{"host":""}`, "", 0, 0, 0, 0, ""},
+		{"number in a string column", `{"host":42}`, "42", 0, 0, 0, 0, ""},
+		{"object in a string column", `{"host":{"a":1}}`, "", 0, 0, 0, 0, `{"host":{"a":1}}`},
+		{"quoted number", `{"status_code":"404","total_time":"1.5"}`, "", 404, 1.5, 0, 0, ""},
+		{"mistyped number", `{"status_code":"oops"}`, "", 0, 0, 0, 0, `{"status_code":"oops"}`},
+		{"null", `{"host":null,"status_code":null}`, "", 0, 0, 0, 0, ""},
+		{"repeated key: last wins", `{"status_code":1,"host":"x","status_code":2}`, "x", 2, 0, 0, 0, ""},
+		{"escaped key", `{"ho\u0073t":"y"}`, "y", 0, 0, 0, 0, ""},
+		{"unknown and custom fields", `{"zz":[1],"req_hdr_a":"v","environment_id":"env"}`, "", 0, 0, 0, 0, `{"req_hdr_a":"v","zz":[1]}`},
+		{"other environment_id kept", `{"environment_id":"other"}`, "", 0, 0, 0, 0, `{"environment_id":"other"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Two records per batch: the second one must not inherit the
+			// first one's values (the extra map and flags are reused).
+			b := &rtld.Batch{EnvironmentID: "env", Format: rtld.FormatJSONLines, SeqNum: rtld.NoSeqNum,
+				Records: []json.RawMessage{json.RawMessage(tc.record), json.RawMessage(`{}`)}}
+			d := buildColumns([]*rtld.Batch{b}, cols, 7)
+			if d.rows != 2 {
+				t.Fatalf("rows = %d", d.rows)
+			}
+			got := fmt.Sprint(d.strs[0][0], d.ints[1][0], d.floats[2][0], d.times[3][0].Unix(), d.fracs[3][0], d.extra[0])
+			want := fmt.Sprint(tc.host, tc.status, tc.total, tc.sec, tc.us, tc.extra)
+			if got != want {
+				t.Errorf("row = %s, want %s", got, want)
+			}
+			empty := fmt.Sprint(d.strs[0][1], d.ints[1][1], d.floats[2][1], d.times[3][1].Unix(), d.fracs[3][1], d.extra[1])
+			if empty != fmt.Sprint("", 0, 0, 0, 0, "") {
+				t.Errorf("second (empty) row = %s", empty)
+			}
+			for i, s := range d.slices() {
+				if n := reflectLen(s); n != 2 {
+					t.Errorf("column %d has %d values", i, n)
+				}
+			}
+		})
+	}
+}
+
+func reflectLen(v any) int { return reflect.ValueOf(v).Len() }

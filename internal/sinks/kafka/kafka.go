@@ -151,12 +151,30 @@ func (s *Sink) ensureTopic(ctx context.Context) error {
 // messages may have been written: the worker retries the whole group, so
 // Kafka is at-least-once.
 func (s *Sink) Deliver(ctx context.Context, batches []*rtld.Batch) error {
+	return s.Prepare(batches).Deliver(ctx)
+}
+
+// Prepare builds the messages of the batches (rtld.Preparer: the worker
+// builds the next group while the brokers acknowledge the current one); the
+// returned delivery writes them, as often as it is called.
+func (s *Sink) Prepare(batches []*rtld.Batch) rtld.Prepared {
+	return &preparedWrite{s: s, msgs: Messages(batches)}
+}
+
+// preparedWrite is one delivery's messages.
+type preparedWrite struct {
+	s    *Sink
+	msgs []kafkago.Message
+}
+
+// Deliver writes the messages; see Sink.Deliver.
+func (p *preparedWrite) Deliver(ctx context.Context) error {
+	s, msgs := p.s, p.msgs
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	if err := s.ensureTopic(ctx); err != nil {
 		return err
 	}
-	msgs := Messages(batches)
 	if err := s.w.WriteMessages(ctx, msgs...); err != nil {
 		var we kafkago.WriteErrors
 		if errors.As(err, &we) {
@@ -208,10 +226,17 @@ func Messages(batches []*rtld.Batch) []kafkago.Message {
 			base = append(base, kafkago.Header{Key: "seq_num", Value: []byte(strconv.FormatInt(b.SeqNum, 10))})
 		}
 		t := time.Unix(0, b.ReceivedUnixNano)
+		// One allocation per batch for every record's headers and
+		// record_index digits, not two per record.
+		per := len(base) + 1
+		headers := make([]kafkago.Header, per*len(b.Records))
+		digits := make([]byte, 0, len(b.Records)*(len(strconv.Itoa(len(b.Records)))))
 		for i, r := range b.Records {
-			h := make([]kafkago.Header, len(base), len(base)+1)
+			h := headers[i*per : (i+1)*per : (i+1)*per]
 			copy(h, base)
-			h = append(h, kafkago.Header{Key: "record_index", Value: []byte(strconv.Itoa(i))})
+			start := len(digits)
+			digits = strconv.AppendInt(digits, int64(i), 10)
+			h[per-1] = kafkago.Header{Key: "record_index", Value: digits[start:len(digits):len(digits)]}
 			msgs = append(msgs, kafkago.Message{Key: key, Value: r, Headers: h, Time: t})
 		}
 	}
