@@ -8,7 +8,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
@@ -230,12 +229,4 @@ func (h *host) close() {
 		h.closers[i]()
 	}
 	h.closers = nil
-}
-
-// durationOr returns d, or def when d is zero.
-func durationOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }

@@ -64,14 +64,6 @@ type Observer interface {
 	ObserveRequest(service, method string, status int, took time.Duration)
 }
 
-// ObserverFunc adapts a function to Observer.
-type ObserverFunc func(service, method string, status int, took time.Duration)
-
-// ObserveRequest calls f.
-func (f ObserverFunc) ObserveRequest(service, method string, status int, took time.Duration) {
-	f(service, method, status, took)
-}
-
 // Config configures a Client. BaseURL, AuthURL, ClientID and ClientSecret are
 // required; everything else has a default.
 type Config struct {

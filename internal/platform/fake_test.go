@@ -153,8 +153,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-var _ Observer = ObserverFunc(nil)
-
 // recordingObserver keeps every ObserveRequest call.
 type recordingObserver struct {
 	mu    sync.Mutex

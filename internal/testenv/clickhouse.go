@@ -179,9 +179,6 @@ func (ch *ClickHouseServer) DSN(database string) string {
 	return "clickhouse://" + ch.Addr() + "/" + database
 }
 
-// DataDir returns the server's data directory (kept across Stop/Kill/Start).
-func (ch *ClickHouseServer) DataDir() string { return filepath.Join(ch.dir, "data") }
-
 // Conn opens a native-protocol connection to the "default" database and
 // closes it on cleanup.
 func (ch *ClickHouseServer) Conn(t testing.TB) driver.Conn {

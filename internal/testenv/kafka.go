@@ -92,15 +92,6 @@ func (k *KafkaBroker) Addr() string {
 // Brokers returns the bootstrap broker list (one address).
 func (k *KafkaBroker) Brokers() []string { return []string{k.Addr()} }
 
-// Cluster returns the running kfake cluster, for tests that need its
-// controls (e.g. Control/ControlKey to fail individual requests). It returns
-// nil while the broker is paused.
-func (k *KafkaBroker) Cluster() *kfake.Cluster {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.cluster
-}
-
 // Pause stops the broker: connections drop and new ones are refused until
 // Resume. Every record acknowledged before Pause is kept. Pausing a paused
 // broker does nothing; Pause is also the cleanup.

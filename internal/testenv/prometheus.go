@@ -145,9 +145,6 @@ func (p *PrometheusServer) ready(ctx context.Context) error {
 	return nil
 }
 
-// URL returns the base URL, e.g. "http://127.0.0.1:40123".
-func (p *PrometheusServer) URL() string { return p.url }
-
 // API returns a client_golang API client for the server.
 func (p *PrometheusServer) API() promv1.API { return p.api }
 

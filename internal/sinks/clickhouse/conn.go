@@ -143,10 +143,6 @@ func WithPassword(p string) Option {
 	return func(c *openConfig) { c.password, c.hasPassword = p, true }
 }
 
-// WithDialTimeout bounds how long connecting may take (default 5s, unless
-// the DSN sets dial_timeout).
-func WithDialTimeout(d time.Duration) Option { return func(c *openConfig) { c.dialTimeout = d } }
-
 // DB is an open connection pool to one database of one ClickHouse server.
 // It is safe for concurrent use.
 type DB struct {
