@@ -148,25 +148,20 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	username, err := secret("EDGEPIPE_RTLD_USERNAME")
-	if err != nil {
-		return err
-	}
-	password, err := secret("EDGEPIPE_RTLD_PASSWORD")
-	if err != nil {
-		return err
-	}
-	clientID, err := secret("EDGEPIPE_CLIENT_ID")
-	if err != nil {
-		return err
-	}
-	clientSecret, err := secret("EDGEPIPE_CLIENT_SECRET")
-	if err != nil {
-		return err
-	}
-	chPassword, err := secret("EDGEPIPE_CLICKHOUSE_PASSWORD")
-	if err != nil {
-		return err
+	var username, password, clientID, clientSecret, chPassword string
+	for _, s := range []struct {
+		env string
+		dst *string
+	}{
+		{"EDGEPIPE_RTLD_USERNAME", &username},
+		{"EDGEPIPE_RTLD_PASSWORD", &password},
+		{"EDGEPIPE_CLIENT_ID", &clientID},
+		{"EDGEPIPE_CLIENT_SECRET", &clientSecret},
+		{"EDGEPIPE_CLICKHOUSE_PASSWORD", &chPassword},
+	} {
+		if *s.dst, err = secret(s.env); err != nil {
+			return err
+		}
 	}
 	cfg := receiver.Config{
 		SpoolDir:          f.spoolDir,
@@ -294,6 +289,9 @@ func run(args []string) error {
 // secret reads a secret from the environment variable name, or from the
 // file named by name_FILE (a trailing newline is dropped). Secrets never come
 // from flags, so they stay out of process listings.
+// secret returns the value of the environment variable name, or the content
+// of the file named by name_FILE (without its trailing newline) when that is
+// set.
 func secret(name string) (string, error) {
 	if path := os.Getenv(name + "_FILE"); path != "" {
 		b, err := os.ReadFile(path)

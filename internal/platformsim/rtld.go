@@ -254,12 +254,17 @@ func pathID(r *http.Request) (int64, *rtldFailure) {
 	return id, nil
 }
 
-func (s *Server) handleGetProfile(w http.ResponseWriter, r *http.Request) {
-	id, f := pathID(r)
-	var env string
-	if f == nil {
+// profileRef parses the profile a request names: the {id} path segment and
+// the environment_id query parameter.
+func (s *Server) profileRef(r *http.Request) (env string, id int64, f *rtldFailure) {
+	if id, f = pathID(r); f == nil {
 		env, f = s.queryEnvironment(r.URL.Query())
 	}
+	return env, id, f
+}
+
+func (s *Server) handleGetProfile(w http.ResponseWriter, r *http.Request) {
+	env, id, f := s.profileRef(r)
 	if f != nil {
 		writeFailure(w, f)
 		return
@@ -289,11 +294,7 @@ func (s *Server) handleUpdateProfile(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDeleteProfile(w http.ResponseWriter, r *http.Request) {
-	id, f := pathID(r)
-	var env string
-	if f == nil {
-		env, f = s.queryEnvironment(r.URL.Query())
-	}
+	env, id, f := s.profileRef(r)
 	if f != nil {
 		writeFailure(w, f)
 		return
