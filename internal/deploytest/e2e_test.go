@@ -8,10 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -334,76 +332,17 @@ func runPromQL(api promv1.API, expr string, instant bool, v Values) (int, error)
 	return n, nil
 }
 
-// builds holds the binaries built for this test binary, each built once
-// (TestMain creates and removes the directory).
-var builds struct {
-	sync.Mutex
-	dir  string
-	bins map[string]string
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "deploytest-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	builds.dir, builds.bins = dir, map[string]string{}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// buildCommands builds ./cmd/<name> (once per test binary) the way `make
-// build` does (static, trimmed). With EDGEPIPE_TEST_BIN_DIR set (e.g. to the
-// bin/ of `make build`) it uses the binaries found there instead.
+// buildCommands returns the executable of ./cmd/<name> for each name, keyed
+// by name: built once per test binary the way `make build` does, or taken
+// from EDGEPIPE_TEST_BIN_DIR (e.g. the bin/ of `make build`) when that is set
+// (see testenv.GoBuild).
 func buildCommands(t *testing.T, names ...string) map[string]string {
 	t.Helper()
-	if dir := os.Getenv("EDGEPIPE_TEST_BIN_DIR"); dir != "" {
-		out := map[string]string{}
-		for _, name := range names {
-			p, err := filepath.Abs(filepath.Join(dir, name))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := os.Stat(p); err != nil {
-				t.Fatalf("EDGEPIPE_TEST_BIN_DIR: %v", err)
-			}
-			out[name] = p
-		}
-		return out
-	}
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		gobin = testenv.Binary(t, "go")
-	}
-	builds.Lock()
-	defer builds.Unlock()
 	out := map[string]string{}
 	for _, name := range names {
-		if m, _ := filepath.Glob(filepath.Join(root, "cmd", name, "*.go")); len(m) == 0 {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("cmd/%s has no Go files", name)
-			}
-			t.Skipf("cmd/%s has no Go files yet", name)
-		}
-		if bin, ok := builds.bins[name]; ok {
-			out[name] = bin
-			continue
-		}
-		bin := filepath.Join(builds.dir, name)
-		cmd := exec.Command(gobin, "build", "-trimpath", "-o", bin, "./cmd/"+name)
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, b)
-		}
-		builds.bins[name] = bin
-		out[name] = bin
+		out[name] = testenv.GoBuild(t, "github.com/edgepipe/edgepipe/cmd/"+name)
 	}
 	return out
 }
