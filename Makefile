@@ -19,7 +19,7 @@ FUZZTIME     ?= 10s
 BENCH        ?= .
 BENCHTIME    ?= 1s
 
-.PHONY: all build demo test deps bench fuzz lint fmt vet helm-lint clean help
+.PHONY: all build demo test deps bench bench-scrape bench-clickhouse bench-receiver bench-all fuzz lint fmt vet helm-lint clean help
 
 all: lint build test
 
@@ -44,7 +44,18 @@ test: ## the whole suite, integration tests included (real services; see `make d
 deps: ## install clickhouse-server, clickhouse-client, prometheus, kcat (apt) and helm, if missing
 	@./scripts/deps.sh
 
-bench: ## run benchmarks (BENCH=regexp BENCHTIME=…)
+bench: bench-scrape bench-clickhouse bench-receiver ## the benchmarks whose results the README records
+
+bench-scrape: ## Prometheus scrape time and memory per series vs a bare client_golang collector (100k, 1M series)
+	$(GO) test -run '^$$' -bench 'BenchmarkScrape' -benchtime 3x -timeout 60m ./internal/sinks/prometheus
+
+bench-clickhouse: ## exporter rows/s inserted into ClickHouse for the widest dataset
+	$(GO) test -run '^$$' -bench 'BenchmarkInsertEdgeUsageByCountry' -benchtime 3s -timeout 30m ./internal/sinks/clickhouse
+
+bench-receiver: ## receiver records/s and MB/s end to end into Kafka and ClickHouse vs a bare gunzip+decode server
+	$(GO) test -run '^$$' -bench 'Ingest' -benchtime 300x -count 2 -timeout 60m ./internal/rtld/receiver
+
+bench-all: ## every benchmark of the module (BENCH=regexp BENCHTIME=…)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout 60m ./...
 
 fuzz: ## run every Fuzz target for FUZZTIME each
