@@ -312,7 +312,10 @@ func (s *Server) Close() error {
 		}
 	}
 	s.wg.Wait()
-	return err
+	if err != nil {
+		return fmt.Errorf("platformsim: close HTTP server: %w", err)
+	}
+	return nil
 }
 
 // spawn runs fn in a goroutine owned by the Server; fn's ctx ends at Close,

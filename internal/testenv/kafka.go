@@ -242,7 +242,7 @@ func (k *KafkaBroker) WaitForRecords(t testing.TB, topic string, n int, timeout 
 func (k *KafkaBroker) endOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr()), kgo.DialTimeout(2*time.Second))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kafka client for %s: %w", k.Addr(), err)
 	}
 	defer cl.Close()
 
@@ -312,7 +312,7 @@ func (k *KafkaBroker) records(ctx context.Context, topic string) ([]*kgo.Record,
 		kgo.FetchMaxWait(200*time.Millisecond),
 	)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kafka consumer of %s at %s: %w", topic, k.Addr(), err)
 	}
 	defer cl.Close()
 

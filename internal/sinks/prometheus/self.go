@@ -1,6 +1,7 @@
 package prometheus
 
 import (
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -105,7 +106,7 @@ func NewSelfMetrics(reg prometheus.Registerer, build BuildInfo, now func() time.
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
 		if err := reg.Register(c); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("register self-metrics: %w", err)
 		}
 	}
 	return m, nil
