@@ -35,7 +35,6 @@ func TestEndToEndExactlyOnceThroughCrashesAndOutages(t *testing.T) {
 	kafka := testenv.Kafka(t)
 	topic := "cdn-access-logs"
 	cert := newTestCert(t)
-	bin := buildReceiver(t)
 
 	sim := platformsim.New(platformsim.Config{
 		Seed: 7, Properties: 1, Environments: 1,
@@ -55,26 +54,19 @@ func TestEndToEndExactlyOnceThroughCrashesAndOutages(t *testing.T) {
 	port := testenv.FreePort(t)
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	base := "https://" + addr
-	p := &receiverProcess{
-		t: t, bin: bin, log: filepath.Join(t.TempDir(), "receiver.log"),
-		args: []string{
+	p := startReceiver(t,
+		[]string{
 			"--api.url=" + apiURL, "--auth.url=" + apiURL, "--environment-id=" + env,
 			"--public-url=" + base, "--web.listen-address=" + addr, "--web.config.file=" + cert.webConfig(t),
 			"--kafka.brokers=" + kafka.Addr(), "--kafka.topic=" + topic, "--kafka.partitions=3",
 			"--clickhouse.dsn=" + ch.DSN(db), "--spool.dir=" + filepath.Join(t.TempDir(), "spool"),
 			"--spool.segment-bytes=4MiB", "--ingest.max-decoded-bytes=8MiB", "--ingest.max-body-bytes=4MiB",
 		},
-		env: []string{
+		[]string{
 			"EDGEPIPE_CLIENT_ID=" + platformsim.DemoClientID, "EDGEPIPE_CLIENT_SECRET=" + platformsim.DemoClientSecret,
 			"EDGEPIPE_RTLD_USERNAME=platform", "EDGEPIPE_RTLD_PASSWORD=correct horse",
 		},
-	}
-	p.start()
-	defer func() {
-		if t.Failed() {
-			t.Logf("receiver log (tail):\n%s", p.logs())
-		}
-	}()
+	)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cert.pool}}, Timeout: 30 * time.Second}
 	metrics := base + "/metrics"
 	accepted := func() float64 {

@@ -93,15 +93,33 @@ func buildReceiver(t testing.TB) string {
 	return testenv.GoBuild(t, "github.com/edgepipe/edgepipe/cmd/rtld-receiver")
 }
 
-// receiverProcess is the receiver running as a child process.
+// receiverProcess is the receiver running as a child process; start may run
+// it again after it ended (a restart), appending to the same log.
 type receiverProcess struct {
-	t    testing.TB
-	bin  string
-	args []string
-	env  []string
-	log  string
-	cmd  *exec.Cmd
-	done chan error
+	t      testing.TB
+	bin    string
+	args   []string
+	env    []string
+	log    string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when the current run has been waited for
+	err    error         // Wait's result, valid once exited is closed
+}
+
+// startReceiver builds and starts the receiver with args and env (added to
+// this process's environment). When the test ends the receiver is killed if
+// it still runs, and its log tail is shown if the test failed.
+func startReceiver(t testing.TB, args, env []string) *receiverProcess {
+	t.Helper()
+	p := &receiverProcess{t: t, bin: buildReceiver(t), log: filepath.Join(t.TempDir(), "receiver.log"), args: args, env: env}
+	p.start()
+	t.Cleanup(func() {
+		p.kill9()
+		if t.Failed() {
+			t.Logf("receiver log (tail):\n%s", p.logs())
+		}
+	})
+	return p
 }
 
 func (p *receiverProcess) start() {
@@ -116,23 +134,33 @@ func (p *receiverProcess) start() {
 	if err := cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
-	p.cmd = cmd
-	p.done = make(chan error, 1)
-	go func() { p.done <- cmd.Wait(); f.Close() }()
+	exited := make(chan struct{})
+	p.cmd, p.exited = cmd, exited
+	go func() {
+		p.err = cmd.Wait()
+		f.Close()
+		close(exited)
+	}()
 }
 
-// kill9 sends SIGKILL and waits for the process to exit.
+// kill9 sends SIGKILL (unless the process already ended) and waits for the
+// process to exit.
 func (p *receiverProcess) kill9() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
 	_ = p.cmd.Process.Kill()
-	<-p.done
+	<-p.exited
 }
 
-// stop sends SIGTERM and returns the exit error.
+// stop sends SIGINT and returns the exit error.
 func (p *receiverProcess) stop() error {
 	_ = p.cmd.Process.Signal(os.Interrupt)
 	select {
-	case err := <-p.done:
-		return err
+	case <-p.exited:
+		return p.err
 	case <-time.After(30 * time.Second):
 		p.kill9()
 		return fmt.Errorf("receiver did not exit within 30s of SIGINT")

@@ -23,20 +23,11 @@ func TestSimulateDemo(t *testing.T) {
 	db := ch.NewDatabase(t)
 	kafka := testenv.Kafka(t)
 	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
-	p := &receiverProcess{
-		t: t, bin: buildReceiver(t), log: filepath.Join(t.TempDir(), "receiver.log"),
-		args: []string{
-			"--simulate", "--simulate.records-per-second=200", "--simulate.environments=2",
-			"--web.listen-address=" + addr, "--spool.dir=" + filepath.Join(t.TempDir(), "spool"),
-			"--kafka.brokers=" + kafka.Addr(), "--clickhouse.dsn=" + ch.DSN(db),
-		},
-	}
-	p.start()
-	defer func() {
-		if t.Failed() {
-			t.Logf("receiver log (tail):\n%s", p.logs())
-		}
-	}()
+	p := startReceiver(t, []string{
+		"--simulate", "--simulate.records-per-second=200", "--simulate.environments=2",
+		"--web.listen-address=" + addr, "--spool.dir=" + filepath.Join(t.TempDir(), "spool"),
+		"--kafka.brokers=" + kafka.Addr(), "--clickhouse.dsn=" + ch.DSN(db),
+	}, nil)
 	conn := ch.Conn(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
