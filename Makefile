@@ -29,10 +29,8 @@ help: ## list targets
 build: ## build the binaries into ./bin (static, version-stamped)
 	@mkdir -p $(BIN)
 	@for c in $(CMDS); do \
-		if ls cmd/$$c/*.go >/dev/null 2>&1; then \
-			echo "go build -o $(BIN)/$$c ./cmd/$$c"; \
-			CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$c ./cmd/$$c || exit 1; \
-		else echo "skip cmd/$$c (no Go files yet)"; fi; \
+		echo "go build -o $(BIN)/$$c ./cmd/$$c"; \
+		CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$c ./cmd/$$c || exit 1; \
 	done
 
 demo: ## run simulator, exporter and receiver on loopback; Ctrl-C stops all

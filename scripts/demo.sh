@@ -53,7 +53,7 @@ start() {
 	local name=$1
 	shift
 	if [ ! -x "$BIN/$name" ]; then
-		echo "demo: $name not built yet, skipped"
+		echo "demo: $name not found in $BIN, skipped"
 		return 1
 	fi
 	"$BIN/$name" "$@" >"$DEMO_DIR/$name.log" 2>&1 &
@@ -127,11 +127,11 @@ if [ -x "$BIN/rtld-receiver" ]; then
 		echo "demo: rtld-receiver skipped (no simulator to find environments in; set EDGEPIPE_ENVIRONMENT_ID)"
 	fi
 else
-	echo "demo: rtld-receiver not built yet, skipped"
+	echo "demo: rtld-receiver not found in $BIN, skipped"
 fi
 
 if ((${#pids[@]} == 0)); then
-	echo "demo: nothing to run yet (cmd/* have no Go files)"
+	echo "demo: nothing to run (no binaries in $BIN)"
 	exit 0
 fi
 
