@@ -82,7 +82,7 @@ func TestServiceURLsAndScopes(t *testing.T) {
 	if tok, _ := f.counts(); tok != 4 {
 		t.Errorf("token requests = %d, want 4 (one per scope)", tok)
 	}
-	if c.Metrics() != c.Metrics() {
+	if first, second := c.Metrics(), c.Metrics(); first != second {
 		t.Error("Metrics() returns a new Service each time; want shared token and limiter state")
 	}
 	f.mu.Lock()
