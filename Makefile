@@ -68,9 +68,8 @@ fmt:
 vet:
 	$(GO) vet ./...
 
-helm-lint: ## lint the Helm chart (needs helm: `make deps`)
-	@helm=$$(command -v helm || echo "$$($(GO) env GOPATH)/bin/helm"); \
-	"$$helm" lint deploy/helm/*/
+helm-lint: ## helm lint + helm template of the chart with every ci/ values file, asserting the rendered objects (needs helm: `make deps`)
+	$(GO) test -count=1 -run 'TestChart|TestDockerfile' ./internal/deploytest/
 
 clean:
 	rm -rf $(BIN)
