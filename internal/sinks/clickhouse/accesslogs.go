@@ -506,6 +506,7 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *c
 		}
 	}
 	set := make([]bool, len(cols))
+	hint := make([]int, 0, len(cols)) // column index by member position
 	var extra map[string]json.RawMessage
 	for _, b := range batches {
 		var batchHash string
@@ -523,8 +524,28 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *c
 				extra[code] = v
 			}
 			var uuid json.RawMessage
+			pos := 0
 			err := rtld.EachMember(raw, func(key []byte, escaped bool, v []byte) {
-				i, ok := byName[string(key)]
+				// Records of a batch list their fields in the same order:
+				// try the column the previous record had at this position
+				// before hashing the key.
+				p := pos
+				pos++
+				var i int
+				var ok bool
+				if p < len(hint) && hint[p] >= 0 && cols[hint[p]].name == string(key) && !escaped {
+					i, ok = hint[p], true
+				} else {
+					i, ok = byName[string(key)]
+					for len(hint) <= p {
+						hint = append(hint, -1)
+					}
+					if ok && !escaped {
+						hint[p] = i
+					} else {
+						hint[p] = -1
+					}
+				}
 				if escaped || !ok {
 					code := rtld.UnescapeKey(key, escaped)
 					if i, ok = byName[code]; !ok {
