@@ -11,6 +11,9 @@
 // A missing binary skips the test with a hint to run `make deps`, except when
 // the environment variable CI is "true": then it fails the test, so CI never
 // passes by skipping the integration tests.
+//
+// GoBuild builds edgepipe's own commands, once per test binary, for tests
+// that run them as processes; such a package runs its tests through Main.
 package testenv
 
 import (
