@@ -61,8 +61,10 @@ type Reporter interface {
 type Chunk struct {
 	// ID names the chunk across runs: a hash of everything that shapes the
 	// request (dataset, granularity, range, environments, labels, metrics).
-	ID      string
+	ID string
+	// Dataset is the dataset the request reads.
 	Dataset *metricsapi.Dataset
+	// Request is the data request itself.
 	Request metricsapi.Request
 }
 
@@ -71,19 +73,24 @@ type Chunk struct {
 type Config struct {
 	// Datasets to load; each is loaded only as far back as its retention
 	// for Granularity allows.
-	Datasets     []metricsapi.Dataset
+	Datasets []metricsapi.Dataset
+	// Environments are the environment IDs to load.
 	Environments []string
 	Granularity  metricsapi.Granularity // default FIVE_MINUTES
 	// From is inclusive and To exclusive; both are aligned to Granularity
 	// (From down, To up). To is capped at the start of the current bucket.
 	From, To time.Time
 
-	Fetcher  Fetcher
-	Writer   Writer
+	// Fetcher sends the data requests.
+	Fetcher Fetcher
+	// Writer stores the rows of each chunk.
+	Writer Writer
+	// Progress records loaded chunks, so a later run skips them.
 	Progress Progress
 	Reporter Reporter     // optional
 	Logger   *slog.Logger // default slog.Default()
-	Now      func() time.Time
+	// Now is the clock that decides the current bucket (default time.Now).
+	Now func() time.Time
 	// MaxTries bounds the attempts to write one chunk or record it
 	// (default 5); the Fetcher retries requests itself.
 	MaxTries uint
@@ -95,7 +102,8 @@ type Summary struct {
 	// this run.
 	Chunks, Skipped, Loaded int
 	// Rows written by this run.
-	Rows    int
+	Rows int
+	// Elapsed is how long the run took.
 	Elapsed time.Duration
 	// Clamped lists datasets whose range was shortened to their retention.
 	Clamped []string

@@ -73,11 +73,15 @@ type Config struct {
 	// every dataset that offers Granularity.
 	Datasets []string
 
+	// DatasetSource lists the datasets (required).
 	DatasetSource DatasetSource
-	Environments  EnvironmentSource
-	Fetcher       Fetcher
+	// Environments lists the environments to serve (required).
+	Environments EnvironmentSource
+	// Fetcher runs the data queries (required).
+	Fetcher Fetcher
 	// Resume is optional; see ResumeSource.
-	Resume     ResumeSource
+	Resume ResumeSource
+	// Publishers receive every batch.
 	Publishers []NamedPublisher
 	Observer   Observer     // optional
 	Clock      Clock        // default RealClock
