@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +16,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
 // KafkaDefaultPartitions is the partition count of topics the broker creates
@@ -39,15 +43,54 @@ type KafkaBroker struct {
 	t    testing.TB
 	port int
 	dir  string
+	opts kafkaOpts
 
 	mu      sync.Mutex
 	cluster *kfake.Cluster // nil while paused
 }
 
+// KafkaOption configures the broker Kafka starts (security settings a
+// production cluster has); without options the broker is plaintext and
+// unauthenticated.
+type KafkaOption func(*kafkaOpts)
+
+type kafkaOpts struct {
+	users     []KafkaUser
+	serverTLS *tls.Config
+	clientTLS *tls.Config
+}
+
+// KafkaUser is a SASL superuser of the broker. Mechanism is "PLAIN",
+// "SCRAM-SHA-256" or "SCRAM-SHA-512".
+type KafkaUser struct {
+	Mechanism, Username, Password string
+}
+
+// KafkaSASL enables SASL on the broker with the given superusers: every
+// connection must authenticate as one of them. The broker's own helper
+// clients (Client, CreateTopic, Records, WaitForRecords) log in as the first.
+func KafkaSASL(users ...KafkaUser) KafkaOption {
+	return func(o *kafkaOpts) { o.users = append(o.users, users...) }
+}
+
+// KafkaTLS makes the broker listen with TLS using server (which holds its
+// certificate); the broker's own helper clients connect with client (which
+// must trust that certificate).
+func KafkaTLS(server, client *tls.Config) KafkaOption {
+	return func(o *kafkaOpts) { o.serverTLS, o.clientTLS = server, client }
+}
+
 // Kafka starts a kfake broker for the test and closes it on cleanup.
-func Kafka(t testing.TB) *KafkaBroker {
+// Options enable SASL or TLS (see KafkaSASL, KafkaTLS).
+func Kafka(t testing.TB, opts ...KafkaOption) *KafkaBroker {
 	t.Helper()
 	k := &KafkaBroker{t: t, dir: t.TempDir()}
+	for _, o := range opts {
+		o(&k.opts)
+	}
+	if _, err := k.clientOpts(); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
 	var err error
 	for attempt := 0; attempt < 4; attempt++ {
 		if k.port, err = freePort(); err != nil {
@@ -70,13 +113,23 @@ func (k *KafkaBroker) start() error {
 	if k.cluster != nil {
 		return nil
 	}
-	c, err := kfake.NewCluster(
+	opts := []kfake.Opt{
 		kfake.Ports(k.port),
 		kfake.DataDir(k.dir),
 		kfake.AllowAutoTopicCreation(),
 		kfake.DefaultNumPartitions(KafkaDefaultPartitions),
 		kfake.ClusterID("edgepipe-test"),
-	)
+	}
+	if len(k.opts.users) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+		for _, u := range k.opts.users {
+			opts = append(opts, kfake.Superuser(u.Mechanism, u.Username, u.Password))
+		}
+	}
+	if k.opts.serverTLS != nil {
+		opts = append(opts, kfake.TLS(k.opts.serverTLS))
+	}
+	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return fmt.Errorf("kfake on 127.0.0.1:%d: %w", k.port, err)
 	}
@@ -139,15 +192,50 @@ func (k *KafkaBroker) Paused() bool {
 	return k.cluster == nil
 }
 
+// clientOpts are the options every helper client of the broker starts
+// with: seed broker, short dial timeout, and the broker's TLS and SASL.
+func (k *KafkaBroker) clientOpts() ([]kgo.Opt, error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(k.Addr()), kgo.DialTimeout(2 * time.Second)}
+	if k.opts.clientTLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(k.opts.clientTLS.Clone()))
+	}
+	if len(k.opts.users) > 0 {
+		u := k.opts.users[0]
+		var m sasl.Mechanism
+		switch u.Mechanism {
+		case "PLAIN":
+			m = plain.Auth{User: u.Username, Pass: u.Password}.AsMechanism()
+		case "SCRAM-SHA-256":
+			m = scram.Auth{User: u.Username, Pass: u.Password}.AsSha256Mechanism()
+		case "SCRAM-SHA-512":
+			m = scram.Auth{User: u.Username, Pass: u.Password}.AsSha512Mechanism()
+		default:
+			return nil, fmt.Errorf("kafka SASL mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", u.Mechanism)
+		}
+		opts = append(opts, kgo.SASL(m))
+	}
+	return opts, nil
+}
+
+// newClient is a helper client with the broker's settings plus extra.
+func (k *KafkaBroker) newClient(extra ...kgo.Opt) (*kgo.Client, error) {
+	opts, err := k.clientOpts()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(opts, extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client for %s: %w", k.Addr(), err)
+	}
+	return cl, nil
+}
+
 // Client returns a franz-go client for the broker, closed on cleanup.
 // Extra options are appended to the defaults (seed broker, short dial
-// timeout).
+// timeout, and the broker's TLS and SASL settings when it has them).
 func (k *KafkaBroker) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()
-	cl, err := kgo.NewClient(append([]kgo.Opt{
-		kgo.SeedBrokers(k.Addr()),
-		kgo.DialTimeout(2 * time.Second),
-	}, opts...)...)
+	cl, err := k.newClient(opts...)
 	if err != nil {
 		t.Fatalf("testenv: kafka client: %v", err)
 	}
@@ -240,9 +328,9 @@ func (k *KafkaBroker) WaitForRecords(t testing.TB, topic string, n int, timeout 
 // endOffsets returns the high watermark of every partition of topic, or an
 // empty map when the topic does not exist.
 func (k *KafkaBroker) endOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Addr()), kgo.DialTimeout(2*time.Second))
+	cl, err := k.newClient()
 	if err != nil {
-		return nil, fmt.Errorf("kafka client for %s: %w", k.Addr(), err)
+		return nil, err
 	}
 	defer cl.Close()
 
@@ -305,14 +393,12 @@ func (k *KafkaBroker) records(ctx context.Context, topic string) ([]*kgo.Record,
 	if len(parts) == 0 {
 		return nil, nil
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(k.Addr()),
-		kgo.DialTimeout(2*time.Second),
+	cl, err := k.newClient(
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
 		kgo.FetchMaxWait(200*time.Millisecond),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("kafka consumer of %s at %s: %w", topic, k.Addr(), err)
+		return nil, fmt.Errorf("kafka consumer of %s: %w", topic, err)
 	}
 	defer cl.Close()
 

@@ -12,8 +12,10 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/rtld"
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
 )
 
 // Config configures the sink.
@@ -45,6 +48,12 @@ type Config struct {
 	// WriteTimeout bounds one delivery (default 30s); a timed-out delivery
 	// is retried by the worker.
 	WriteTimeout time.Duration
+	// TLS, when set, encrypts every connection to the brokers (see
+	// TLSFiles.Config).
+	TLS *tls.Config
+	// SASL, when set, authenticates every connection (see SASLMechanism).
+	// Producing and topic creation use the same connection settings.
+	SASL sasl.Mechanism
 	// Logger receives topic creation notes.
 	Logger *slog.Logger
 }
@@ -52,6 +61,8 @@ type Config struct {
 // Sink writes batches to Kafka. It is safe for concurrent use.
 type Sink struct {
 	cfg    Config
+	tr     *kafkago.Transport // shared by the writer and topic creation
+	sasl   *trackedMechanism  // nil without SASL
 	w      *kafkago.Writer
 	log    *slog.Logger
 	mu     sync.Mutex
@@ -96,8 +107,21 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	var tracked *trackedMechanism
+	if cfg.SASL != nil {
+		tracked = &trackedMechanism{Mechanism: cfg.SASL}
+	}
+	tr := &kafkago.Transport{
+		DialTimeout: 10 * time.Second, // includes the TLS handshake and SASL exchange
+		ClientID:    "edgepipe-rtld-receiver",
+		TLS:         cfg.TLS,
+	}
+	if tracked != nil {
+		tr.SASL = tracked
+	}
 	w := &kafkago.Writer{
 		Addr:                   kafkago.TCP(cfg.Brokers...),
+		Transport:              tr,
 		Topic:                  cfg.Topic,
 		Balancer:               kafkago.Murmur2Balancer{}, // same partitioning as the Java client
 		RequiredAcks:           kafkago.RequireAll,
@@ -112,7 +136,7 @@ func New(cfg Config) (*Sink, error) {
 		WriteTimeout:           cfg.WriteTimeout,
 		AllowAutoTopicCreation: cfg.CreateTopic,
 	}
-	return &Sink{cfg: cfg, w: w, log: cfg.Logger}, nil
+	return &Sink{cfg: cfg, tr: tr, sasl: tracked, w: w, log: cfg.Logger}, nil
 }
 
 // ensureTopic creates the topic once, ignoring "already exists".
@@ -129,12 +153,17 @@ func (s *Sink) ensureTopic(ctx context.Context) error {
 	if rf == 0 {
 		rf = -1
 	}
-	c := &kafkago.Client{Addr: kafkago.TCP(s.cfg.Brokers...), Timeout: 10 * time.Second}
+	c := &kafkago.Client{Addr: kafkago.TCP(s.cfg.Brokers...), Transport: s.tr, Timeout: 10 * time.Second}
+	// Metadata first: when the connection itself fails (TLS, SASL), it
+	// returns the cause, where CreateTopics only says "broker not available".
+	if _, err := c.Metadata(ctx, &kafkago.MetadataRequest{Topics: []string{s.cfg.Topic}}); err != nil {
+		return fmt.Errorf("kafka: connecting to %v: %w", s.cfg.Brokers, s.explain(err))
+	}
 	resp, err := c.CreateTopics(ctx, &kafkago.CreateTopicsRequest{
 		Topics: []kafkago.TopicConfig{{Topic: s.cfg.Topic, NumPartitions: parts, ReplicationFactor: rf}},
 	})
 	if err != nil {
-		return fmt.Errorf("creating Kafka topic %s: %w", s.cfg.Topic, err)
+		return fmt.Errorf("creating Kafka topic %s: %w", s.cfg.Topic, s.explain(err))
 	}
 	if terr := resp.Errors[s.cfg.Topic]; terr != nil && !errors.Is(terr, kafkago.TopicAlreadyExists) {
 		// Not fatal: the topic may be managed elsewhere; writing tells.
@@ -178,11 +207,29 @@ func (p *preparedWrite) Deliver(ctx context.Context) error {
 	if err := s.w.WriteMessages(ctx, msgs...); err != nil {
 		var we kafkago.WriteErrors
 		if errors.As(err, &we) {
-			return fmt.Errorf("kafka: %d of %d messages not acknowledged: %w", we.Count(), len(msgs), firstError(we))
+			return fmt.Errorf("kafka: %d of %d messages not acknowledged: %w", we.Count(), len(msgs), s.explain(firstError(we)))
 		}
-		return fmt.Errorf("kafka: writing %d messages: %w", len(msgs), err)
+		return fmt.Errorf("kafka: writing %d messages: %w", len(msgs), s.explain(err))
 	}
 	return nil
+}
+
+// explain adds what to check to errors whose cause is the connection's
+// security settings; the credentials themselves are never part of an error.
+func (s *Sink) explain(err error) error {
+	switch {
+	case errors.Is(err, kafkago.SASLAuthenticationFailed):
+		return fmt.Errorf("SASL authentication failed, check EDGEPIPE_KAFKA_USERNAME / EDGEPIPE_KAFKA_PASSWORD and --kafka.sasl.mechanism: %w", err)
+	case errors.Is(err, kafkago.UnsupportedSASLMechanism), errors.Is(err, kafkago.IllegalSASLState):
+		return fmt.Errorf("the brokers refuse this SASL mechanism, check --kafka.sasl.mechanism: %w", err)
+	case (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) && s.sasl.unfinished():
+		return fmt.Errorf("SASL authentication failed (the broker closed the connection during the %s exchange), check EDGEPIPE_KAFKA_USERNAME / EDGEPIPE_KAFKA_PASSWORD and --kafka.sasl.mechanism: %w", s.sasl.Name(), err)
+	}
+	var certErr *tls.CertificateVerificationError
+	if errors.As(err, &certErr) {
+		return fmt.Errorf("broker certificate not trusted, check --kafka.tls.ca-file: %w", err)
+	}
+	return err
 }
 
 func firstError(we kafkago.WriteErrors) error {
@@ -258,7 +305,9 @@ func (s *Sink) Ping(ctx context.Context) error {
 
 // Close flushes and closes the writer.
 func (s *Sink) Close() error {
-	if err := s.w.Close(); err != nil {
+	err := s.w.Close()
+	s.tr.CloseIdleConnections()
+	if err != nil {
 		return fmt.Errorf("closing Kafka writer: %w", err)
 	}
 	return nil
