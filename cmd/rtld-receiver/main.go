@@ -51,6 +51,12 @@ type flags struct {
 	kafkaCreateTopic    bool
 	kafkaPartitions     int
 	kafkaReplication    int
+	kafkaTLS            bool
+	kafkaTLSCAFile      string
+	kafkaTLSCertFile    string
+	kafkaTLSKeyFile     string
+	kafkaTLSInsecure    bool
+	kafkaSASLMechanism  string
 	clickhouseDSN       string
 	spoolDir            string
 	spoolMaxBytes       units.Base2Bytes
@@ -72,7 +78,7 @@ type flags struct {
 func parseFlags(args []string) (*flags, error) {
 	f := &flags{}
 	app := kingpin.New("rtld-receiver", "Receives the CDN platform's real-time access logs (RTLD http_post) and delivers every record to Kafka and ClickHouse, durably and exactly once under FINAL.\n\n"+
-		"Secrets come only from the environment, or from a file named by the same variable with _FILE appended: EDGEPIPE_CLIENT_ID, EDGEPIPE_CLIENT_SECRET (API client), EDGEPIPE_RTLD_USERNAME, EDGEPIPE_RTLD_PASSWORD (HTTP basic credentials of the profile, required on every batch), EDGEPIPE_CLICKHOUSE_PASSWORD (optional).")
+		"Secrets come only from the environment, or from a file named by the same variable with _FILE appended: EDGEPIPE_CLIENT_ID, EDGEPIPE_CLIENT_SECRET (API client), EDGEPIPE_RTLD_USERNAME, EDGEPIPE_RTLD_PASSWORD (HTTP basic credentials of the profile, required on every batch), EDGEPIPE_CLICKHOUSE_PASSWORD (optional), EDGEPIPE_KAFKA_USERNAME, EDGEPIPE_KAFKA_PASSWORD (with --kafka.sasl.mechanism).")
 	app.HelpFlag.Short('h')
 	app.Flag("api.url", "The platform's base_url.").Envar("EDGEPIPE_API_URL").StringVar(&f.apiURL)
 	app.Flag("auth.url", "The platform's auth_url; tokens come from <auth.url>/connect/token.").Envar("EDGEPIPE_AUTH_URL").StringVar(&f.authURL)
@@ -88,6 +94,12 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("kafka.create-topic", "Create the topic if it does not exist (otherwise it must exist).").Default("true").BoolVar(&f.kafkaCreateTopic)
 	app.Flag("kafka.partitions", "Partitions of a topic the receiver creates.").Default("6").IntVar(&f.kafkaPartitions)
 	app.Flag("kafka.replication-factor", "Replication factor of a topic the receiver creates (-1: the broker's default).").Default("-1").IntVar(&f.kafkaReplication)
+	app.Flag("kafka.tls", "Connect to the Kafka brokers with TLS (the system's CA certificates unless --kafka.tls.ca-file).").BoolVar(&f.kafkaTLS)
+	app.Flag("kafka.tls.ca-file", "PEM file of the CA certificates the brokers' certificates must chain to (needs --kafka.tls).").PlaceHolder("FILE").StringVar(&f.kafkaTLSCAFile)
+	app.Flag("kafka.tls.cert-file", "PEM client certificate for mutual TLS (with --kafka.tls.key-file; needs --kafka.tls).").PlaceHolder("FILE").StringVar(&f.kafkaTLSCertFile)
+	app.Flag("kafka.tls.key-file", "PEM key of --kafka.tls.cert-file.").PlaceHolder("FILE").StringVar(&f.kafkaTLSKeyFile)
+	app.Flag("kafka.tls.insecure-skip-verify", "FOR TESTING ONLY: accept any broker certificate (anyone on the path can read and alter the traffic).").BoolVar(&f.kafkaTLSInsecure)
+	app.Flag("kafka.sasl.mechanism", "Kafka SASL mechanism: none, plain, scram-sha-256, scram-sha-512. The username and password come only from EDGEPIPE_KAFKA_USERNAME and EDGEPIPE_KAFKA_PASSWORD (or their _FILE variants).").Default(kafkasink.SASLNone).EnumVar(&f.kafkaSASLMechanism, kafkasink.SASLMechanisms...)
 	app.Flag("clickhouse.dsn", "ClickHouse DSN (native protocol), e.g. clickhouse://127.0.0.1:9000/cdn; enables the ClickHouse sink (table access_logs). The password may come from EDGEPIPE_CLICKHOUSE_PASSWORD.").Envar("EDGEPIPE_CLICKHOUSE_DSN").StringVar(&f.clickhouseDSN)
 	app.Flag("spool.dir", "Directory of the on-disk spool where accepted batches wait until every sink has them.").Default("./data/spool").StringVar(&f.spoolDir)
 	app.Flag("spool.max-bytes", "Size bound of the spool; when reached, ingest answers 503 with Retry-After (the platform retries) and drops nothing.").Default("10GiB").BytesVar(&f.spoolMaxBytes)
@@ -148,7 +160,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var username, password, clientID, clientSecret, chPassword string
+	var username, password, clientID, clientSecret, chPassword, kafkaUsername, kafkaPassword string
 	for _, s := range []struct {
 		env string
 		dst *string
@@ -158,6 +170,8 @@ func run(args []string) error {
 		{"EDGEPIPE_CLIENT_ID", &clientID},
 		{"EDGEPIPE_CLIENT_SECRET", &clientSecret},
 		{"EDGEPIPE_CLICKHOUSE_PASSWORD", &chPassword},
+		{"EDGEPIPE_KAFKA_USERNAME", &kafkaUsername},
+		{"EDGEPIPE_KAFKA_PASSWORD", &kafkaPassword},
 	} {
 		if *s.dst, err = secret(s.env); err != nil {
 			return err
@@ -199,11 +213,8 @@ func run(args []string) error {
 	if cfg.Ingest.Username == "" || cfg.Ingest.Password == "" {
 		return errors.New("EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD must be set: every batch is checked against them")
 	}
-	if f.kafkaBrokers != "" {
-		cfg.Kafka = &kafkasink.Config{
-			Brokers: splitList(f.kafkaBrokers), Topic: f.kafkaTopic, Compression: f.kafkaCompression,
-			CreateTopic: f.kafkaCreateTopic, Partitions: f.kafkaPartitions, ReplicationFactor: f.kafkaReplication,
-		}
+	if cfg.Kafka, err = kafkaConfig(f, kafkaUsername, kafkaPassword, log); err != nil {
+		return err
 	}
 	if f.clickhouseDSN != "" {
 		var opts []chsink.Option
@@ -258,7 +269,7 @@ func run(args []string) error {
 		go func() { serveErr <- sim.serveIngest(rcv.Handler()) }()
 	}
 	log.Info("rtld receiver started", "spool", f.spoolDir, "environments", len(cfg.EnvironmentIDs),
-		"kafka", cfg.Kafka != nil, "clickhouse", cfg.ClickHouse != nil, "register", f.register, "simulate", f.simulate)
+		"kafka", cfg.Kafka != nil, "kafka_tls", f.kafkaTLS, "kafka_sasl", f.kafkaSASLMechanism, "clickhouse", cfg.ClickHouse != nil, "register", f.register, "simulate", f.simulate)
 
 	var result error
 	select {
@@ -284,6 +295,45 @@ func run(args []string) error {
 		result = err
 	}
 	return result
+}
+
+// kafkaConfig returns the Kafka sink's configuration, or nil when no
+// brokers are set. The SASL credentials come from the environment (see
+// run); they are checked here and never logged.
+func kafkaConfig(f *flags, username, password string, log *slog.Logger) (*kafkasink.Config, error) {
+	if f.kafkaBrokers == "" {
+		return nil, nil
+	}
+	c := &kafkasink.Config{
+		Brokers: splitList(f.kafkaBrokers), Topic: f.kafkaTopic, Compression: f.kafkaCompression,
+		CreateTopic: f.kafkaCreateTopic, Partitions: f.kafkaPartitions, ReplicationFactor: f.kafkaReplication,
+		Logger: log,
+	}
+	files := kafkasink.TLSFiles{CAFile: f.kafkaTLSCAFile, CertFile: f.kafkaTLSCertFile, KeyFile: f.kafkaTLSKeyFile, InsecureSkipVerify: f.kafkaTLSInsecure}
+	if f.kafkaTLS {
+		tlsCfg, err := files.Config()
+		if err != nil {
+			return nil, err
+		}
+		c.TLS = tlsCfg
+		if f.kafkaTLSInsecure {
+			log.Warn("--kafka.tls.insecure-skip-verify: broker certificates are not verified; use it for testing only")
+		}
+	} else if files != (kafkasink.TLSFiles{}) {
+		return nil, errors.New("--kafka.tls.ca-file, --kafka.tls.cert-file, --kafka.tls.key-file and --kafka.tls.insecure-skip-verify need --kafka.tls")
+	}
+	mech, err := kafkasink.SASLMechanism(f.kafkaSASLMechanism, username, password)
+	if err != nil {
+		return nil, err
+	}
+	c.SASL = mech
+	switch {
+	case mech == nil && (username != "" || password != ""):
+		log.Warn("EDGEPIPE_KAFKA_USERNAME/EDGEPIPE_KAFKA_PASSWORD are set but --kafka.sasl.mechanism is none: Kafka connections are not authenticated")
+	case f.kafkaSASLMechanism == kafkasink.SASLPlain && !f.kafkaTLS:
+		log.Warn("--kafka.sasl.mechanism=plain without --kafka.tls sends the Kafka password in clear text")
+	}
+	return c, nil
 }
 
 // secret reads a secret from the environment variable name, or from the

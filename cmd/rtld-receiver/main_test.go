@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -46,5 +49,93 @@ func TestSecretFromEnvOrFile(t *testing.T) {
 	t.Setenv("EDGEPIPE_RTLD_PASSWORD_FILE", p+".missing")
 	if _, err := secret("EDGEPIPE_RTLD_PASSWORD"); err == nil {
 		t.Fatal("missing file: no error")
+	}
+}
+
+func TestKafkaSecurityFlags(t *testing.T) {
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	// The SASL secret has no flag: any spelling of one is rejected.
+	for _, arg := range []string{"--kafka.password=x", "--kafka.sasl.password=x", "--kafka.sasl.username=u", "--kafka.username=u"} {
+		if _, err := parseFlags([]string{arg}); err == nil {
+			t.Errorf("%s: accepted; Kafka credentials must come only from the environment", arg)
+		}
+	}
+	if _, err := parseFlags([]string{"--kafka.sasl.mechanism=gssapi"}); err == nil {
+		t.Error("--kafka.sasl.mechanism=gssapi: accepted")
+	}
+	f, err := parseFlags([]string{"--kafka.brokers=k:9093"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.kafkaSASLMechanism != "none" || f.kafkaTLS {
+		t.Fatalf("defaults: sasl %q tls %v", f.kafkaSASLMechanism, f.kafkaTLS)
+	}
+	if c, err := kafkaConfig(f, "", "", log); err != nil || c.SASL != nil || c.TLS != nil {
+		t.Fatalf("plaintext config: %+v %v", c, err)
+	}
+
+	// Credentials from the environment and a _FILE, read through the same
+	// table as the receiver's other secrets.
+	t.Setenv("EDGEPIPE_KAFKA_USERNAME", "edgepipe")
+	pw := filepath.Join(t.TempDir(), "kafka-pw")
+	if err := os.WriteFile(pw, []byte("file-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("EDGEPIPE_KAFKA_PASSWORD_FILE", pw)
+	user, _ := secret("EDGEPIPE_KAFKA_USERNAME")
+	pass, err := secret("EDGEPIPE_KAFKA_PASSWORD")
+	if err != nil || user != "edgepipe" || pass != "file-secret" {
+		t.Fatalf("secrets: %q %q %v", user, pass, err)
+	}
+
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		user, pass string
+		wantSASL   string
+		wantTLS    bool
+		wantErr    string
+	}{
+		{name: "scram-sha-512", args: []string{"--kafka.sasl.mechanism=scram-sha-512"}, user: user, pass: pass, wantSASL: "SCRAM-SHA-512"},
+		{name: "plain over tls", args: []string{"--kafka.sasl.mechanism=plain", "--kafka.tls"}, user: user, pass: pass, wantSASL: "PLAIN", wantTLS: true},
+		{name: "insecure tls", args: []string{"--kafka.tls", "--kafka.tls.insecure-skip-verify"}, wantTLS: true},
+		{name: "mechanism without password", args: []string{"--kafka.sasl.mechanism=scram-sha-256"}, user: user, wantErr: "EDGEPIPE_KAFKA_PASSWORD"},
+		{name: "ca file without --kafka.tls", args: []string{"--kafka.tls.ca-file=/etc/ssl/ca.pem"}, wantErr: "need --kafka.tls"},
+		{name: "missing ca file", args: []string{"--kafka.tls", "--kafka.tls.ca-file=" + filepath.Join(t.TempDir(), "none.pem")}, wantErr: "CA file"},
+		{name: "cert without key", args: []string{"--kafka.tls", "--kafka.tls.cert-file=" + pw}, wantErr: "key file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := parseFlags(append([]string{"--kafka.brokers=k:9093"}, tc.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := kafkaConfig(f, tc.user, tc.pass, log)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				if tc.pass != "" && strings.Contains(err.Error(), tc.pass) {
+					t.Fatalf("error leaks the password: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			if c.SASL != nil {
+				got = c.SASL.Name()
+			}
+			if got != tc.wantSASL || (c.TLS != nil) != tc.wantTLS {
+				t.Fatalf("SASL %q TLS %v, want %q %v", got, c.TLS != nil, tc.wantSASL, tc.wantTLS)
+			}
+		})
+	}
+	if !strings.Contains(logged.String(), "insecure-skip-verify") {
+		t.Errorf("no warning about --kafka.tls.insecure-skip-verify in the log:\n%s", logged.String())
+	}
+	if strings.Contains(logged.String(), pass) {
+		t.Errorf("the log holds the Kafka password:\n%s", logged.String())
 	}
 }
