@@ -266,8 +266,10 @@ func selfSignedTLS(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cert := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 	return map[string]string{
-		"tls.crt": string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		"tls.crt": cert,
 		"tls.key": string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})),
+		"ca.crt":  cert, // self-signed: its own CA, as cert-manager's ca.crt key
 	}
 }
