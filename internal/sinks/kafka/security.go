@@ -95,14 +95,15 @@ func SASLMechanism(name, username, password string) (sasl.Mechanism, error) {
 	return nil, fmt.Errorf("unknown Kafka SASL mechanism %q (%s)", name, strings.Join(SASLMechanisms, ", "))
 }
 
-// trackedMechanism counts SASL exchanges that started and that completed.
-// Some brokers (and kfake) answer bad credentials by closing the connection,
-// which reaches the writer as a bare "unexpected EOF"; an exchange that
-// started and never completed tells that such an EOF is an authentication
-// failure.
+// trackedMechanism numbers SASL exchanges and remembers the newest one that
+// completed. Some brokers (and kfake) answer bad credentials by closing the
+// connection, which reaches the writer as a bare "unexpected EOF"; when the
+// newest exchange never completed, such an EOF is an authentication failure.
+// A later successful exchange clears that state.
 type trackedMechanism struct {
 	sasl.Mechanism
-	started, completed atomic.Int64
+	started   atomic.Int64 // number of the newest exchange
+	completed atomic.Int64 // number of the newest completed exchange
 }
 
 // Start begins an exchange (sasl.Mechanism).
@@ -111,27 +112,30 @@ func (m *trackedMechanism) Start(ctx context.Context) (sasl.StateMachine, []byte
 	if err != nil {
 		return nil, nil, err
 	}
-	m.started.Add(1)
-	return &trackedSession{StateMachine: sm, m: m}, ir, nil
+	return &trackedSession{StateMachine: sm, m: m, id: m.started.Add(1)}, ir, nil
 }
 
-// unfinished reports whether some exchange started and never completed.
+// unfinished reports whether the newest exchange has not completed.
 func (m *trackedMechanism) unfinished() bool {
-	return m != nil && m.started.Load() > m.completed.Load()
+	return m != nil && m.completed.Load() < m.started.Load()
 }
 
 type trackedSession struct {
 	sasl.StateMachine
-	m    *trackedMechanism
-	done bool
+	m  *trackedMechanism
+	id int64
 }
 
 // Next continues the exchange (sasl.StateMachine).
 func (s *trackedSession) Next(ctx context.Context, challenge []byte) (bool, []byte, error) {
 	done, resp, err := s.StateMachine.Next(ctx, challenge)
-	if done && err == nil && !s.done {
-		s.done = true
-		s.m.completed.Add(1)
+	if done && err == nil {
+		for {
+			c := s.m.completed.Load()
+			if c >= s.id || s.m.completed.CompareAndSwap(c, s.id) {
+				break
+			}
+		}
 	}
 	return done, resp, err
 }

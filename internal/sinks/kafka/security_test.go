@@ -299,3 +299,37 @@ func TestSASLMechanism(t *testing.T) {
 		}
 	}
 }
+
+func TestTrackedMechanismNewestExchangeDecides(t *testing.T) {
+	inner, err := SASLMechanism(SASLPlain, "u", "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &trackedMechanism{Mechanism: inner}
+	ctx := context.Background()
+	if m.unfinished() {
+		t.Fatal("unfinished before any exchange")
+	}
+	first, _, err := m.Start(ctx) // never completes: the broker hung up
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.unfinished() {
+		t.Fatal("an exchange without an answer is not unfinished")
+	}
+	second, _, _ := m.Start(ctx)
+	if done, _, err := second.Next(ctx, nil); !done || err != nil {
+		t.Fatalf("PLAIN Next: %v %v", done, err)
+	}
+	if m.unfinished() {
+		t.Fatal("a newer completed exchange does not clear the state")
+	}
+	// The older exchange completing late does not move the state back.
+	_, _, _ = first.Next(ctx, nil)
+	if m.unfinished() || m.completed.Load() != 2 {
+		t.Fatalf("completed %d", m.completed.Load())
+	}
+	if _, _, err := m.Start(ctx); err != nil || !m.unfinished() {
+		t.Fatalf("a newest exchange pending: unfinished %v (%v)", m.unfinished(), err)
+	}
+}
