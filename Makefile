@@ -48,7 +48,7 @@ bench-scrape: ## Prometheus scrape time and memory per series vs a bare client_g
 	$(GO) test -run '^$$' -bench 'BenchmarkScrape' -benchtime 3x -timeout 60m ./internal/sinks/prometheus
 
 bench-clickhouse: ## exporter rows/s inserted into ClickHouse for the widest dataset
-	$(GO) test -run '^$$' -bench 'BenchmarkInsertEdgeUsageByCountry' -benchtime 3s -timeout 30m ./internal/sinks/clickhouse
+	$(GO) test -run '^$$' -bench 'BenchmarkInsertEdgeUsageByCountry' -benchtime 3s -timeout 30m ./internal/sinks/clickhouse/metrictables
 
 bench-receiver: ## receiver records/s and MB/s end to end into Kafka and ClickHouse vs a bare gunzip+decode server
 	$(GO) test -run '^$$' -bench 'Ingest' -benchtime 300x -count 2 -timeout 60m ./internal/rtld/receiver

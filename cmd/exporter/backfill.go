@@ -15,7 +15,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/backfill"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 )
 
 // backfillExtension is the `exporter backfill` command: it loads a range of
@@ -118,7 +118,7 @@ func (e *backfillExtension) run(ctx context.Context, h *host) error {
 		reporter = backfill.NewReporter(stderr, term.IsTerminal(int(stderr.Fd())))
 	}
 	h.log.Info("backfill starting", "from", from.Format(time.RFC3339), "to", to.Format(time.RFC3339),
-		"granularity", g, "datasets", len(dss), "environments", len(envs), "clickhouse", chsink.RedactDSN(e.ch.dsn),
+		"granularity", g, "datasets", len(dss), "environments", len(envs), "clickhouse", clickhouse.RedactDSN(e.ch.dsn),
 		"restart", e.fresh)
 	sum, err := backfill.Run(ctx, backfill.Config{
 		Datasets: dss, Environments: envs, Granularity: g, From: from, To: to,

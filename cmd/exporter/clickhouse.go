@@ -12,7 +12,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/edgepipe/edgepipe/internal/schedule"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 )
 
 // envClickHousePassword holds the ClickHouse password when it is not in the
@@ -73,7 +74,7 @@ func (f *clickhouseFlags) password() (string, error) {
 }
 
 // newSink builds the ClickHouse sink from the flags (not started).
-func (f *clickhouseFlags) newSink(h *host, reg prometheus.Registerer) (*chsink.Sink, error) {
+func (f *clickhouseFlags) newSink(h *host, reg prometheus.Registerer) (*metrictables.Sink, error) {
 	pw, err := f.password()
 	if err != nil {
 		return nil, err
@@ -84,7 +85,7 @@ func (f *clickhouseFlags) newSink(h *host, reg prometheus.Registerer) (*chsink.S
 	if f.retention < 0 || f.maxBackfill < 0 {
 		return nil, fmt.Errorf("--clickhouse.retention and --clickhouse.max-backfill must not be negative")
 	}
-	sink, err := chsink.NewSink(chsink.SinkConfig{
+	sink, err := metrictables.NewSink(metrictables.SinkConfig{
 		DSN:         strings.TrimSpace(f.dsn),
 		Password:    pw,
 		Retention:   time.Duration(f.retention),
@@ -123,7 +124,7 @@ func (e *clickhouseExtension) setup(_ context.Context, h *host) (parts, error) {
 		return parts{}, err
 	}
 	sink.Start()
-	h.log.Info("ClickHouse sink enabled", "dsn", chsink.RedactDSN(e.flags.dsn),
+	h.log.Info("ClickHouse sink enabled", "dsn", clickhouse.RedactDSN(e.flags.dsn),
 		"max_backfill", e.flags.maxBackfill.String(), "retention", e.flags.retention.String(), "cluster", e.flags.cluster)
 	return parts{
 		publishers: []schedule.NamedPublisher{{Name: "clickhouse", Publisher: sink}},

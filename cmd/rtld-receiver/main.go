@@ -20,13 +20,15 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
+
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/rtld"
 	"github.com/edgepipe/edgepipe/internal/rtld/receiver"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
-	"github.com/prometheus/exporter-toolkit/web"
-	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 )
 
 func main() {
@@ -217,11 +219,11 @@ func run(args []string) error {
 		return err
 	}
 	if f.clickhouseDSN != "" {
-		var opts []chsink.Option
+		var opts []clickhouse.Option
 		if chPassword != "" {
-			opts = append(opts, chsink.WithPassword(chPassword))
+			opts = append(opts, clickhouse.WithPassword(chPassword))
 		}
-		cfg.ClickHouse = &chsink.AccessLogsConfig{DSN: f.clickhouseDSN, Options: opts}
+		cfg.ClickHouse = &logtable.Config{DSN: f.clickhouseDSN, Options: opts}
 	}
 	if f.register {
 		if len(cfg.EnvironmentIDs) == 0 {

@@ -17,8 +17,8 @@ import (
 	"github.com/edgepipe/edgepipe/internal/backfill"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
-	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/chtest"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables/chtest"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -36,7 +36,7 @@ type fixture struct {
 	api  *metricsapi.Client
 	ch   *testenv.ClickHouseServer
 	db   string
-	sink *chsink.Sink
+	sink *metrictables.Sink
 	conn driver.Conn
 	dss  []metricsapi.Dataset
 	envs []string
@@ -61,7 +61,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f.db = "bf_" + strings.ToLower(t.Name())
-	f.sink, err = chsink.NewSink(chsink.SinkConfig{DSN: f.ch.DSN(f.db), Logger: testLogger(), Now: func() time.Time { return now }})
+	f.sink, err = metrictables.NewSink(metrictables.SinkConfig{DSN: f.ch.DSN(f.db), Logger: testLogger(), Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}

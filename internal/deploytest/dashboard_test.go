@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -333,12 +335,12 @@ func TestDashboardSQLRuns(t *testing.T) {
 	dbName := ch.NewDatabase(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db, err := chsink.Open(ctx, ch.DSN(dbName))
+	db, err := clickhouse.Open(ctx, ch.DSN(dbName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Exec(ctx, chsink.AccessLogsDDL(db, logfield.All())); err != nil {
+	if err := db.Exec(ctx, logtable.DDL(db, accesslog.Fields())); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (environment_id, agent_id, datestamp, seq_num, record_key, record_index,
@@ -348,7 +350,7 @@ func TestDashboardSQLRuns(t *testing.T) {
 			arrayElement([200, 200, 304, 404, 503], number %% 5 + 1), concat('h', toString(number %% 3), '.example'),
 			concat('/p/', toString(number %% 11)), arrayElement(['TCP_HIT', 'TCP_MISS', 'TCP_EXPIRED_HIT'], number %% 3 + 1),
 			arrayElement(['fra', 'iad', 'sin'], number %% 3 + 1), (number %% 100) / 250, number * 13, 'us'
-		FROM system.numbers LIMIT 400`, db.Table(chsink.AccessLogsTable))); err != nil {
+		FROM system.numbers LIMIT 400`, db.Table(logtable.Table))); err != nil {
 		t.Fatal(err)
 	}
 	n := runSQLQueries(t, db.Conn(), loadDashboards(t), []Values{testValues(), allSelected(testValues())})

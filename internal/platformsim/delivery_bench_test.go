@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 )
 
 // BenchmarkGenerateAndEncode measures record generation plus json encoding
@@ -12,7 +12,7 @@ import (
 // simulator's cost per record, which bounds the load it can offer a
 // receiver.
 func BenchmarkGenerateAndEncode(b *testing.B) {
-	p := rtldProfile{ID: 1, Fields: logfield.Codes(), Delivery: rtldDelivery{LogFormat: formatJSON}}
+	p := rtldProfile{ID: 1, Fields: accesslog.FieldCodes(), Delivery: rtldDelivery{LogFormat: formatJSON}}
 	shape := shapeOf(p)
 	rc := recordContext{accountNumber: "1234", environmentID: "e", hosts: []string{"a.example.com"}, origins: []string{"o"}}
 	g := newRecordGenerator(1, 1)

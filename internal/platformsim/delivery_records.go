@@ -17,7 +17,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 )
 
 // deliveryPlatform is the "platform" value of json batches.
@@ -51,9 +51,9 @@ func shapeOf(p rtldProfile) recordShape {
 			s.keys = append(s.keys, k)
 		}
 	}
-	add(p.CustomRequestHeaders, logfield.RequestHeaderField)
-	add(p.CustomResponseHeaders, logfield.ResponseHeaderField)
-	add(p.CustomCookies, logfield.CookieField)
+	add(p.CustomRequestHeaders, accesslog.RequestHeaderField)
+	add(p.CustomResponseHeaders, accesslog.ResponseHeaderField)
+	add(p.CustomCookies, accesslog.CookieField)
 	return s
 }
 
@@ -435,13 +435,13 @@ func (g *recordGenerator) record(shape recordShape, rc recordContext, now time.T
 // byType produces a value for a catalogued code the switch above does not
 // know (a code added to the catalogue later).
 func (g *recordGenerator) byType(code string) any {
-	t, _ := logfield.TypeOf(code)
+	t, _ := accesslog.FieldTypeOf(code)
 	switch t {
-	case logfield.Integer:
+	case accesslog.TypeInteger:
 		return g.rng.Int64N(1000)
-	case logfield.Float:
+	case accesslog.TypeFloat:
 		return round6(g.rng.Float64())
-	case logfield.Timestamp:
+	case accesslog.TypeTimestamp:
 		return json.Number(strconv.FormatFloat(float64(time.Now().UnixMicro())/1e6, 'f', 6, 64))
 	}
 	return fmt.Sprintf("%s-%d", code, g.rng.IntN(100))
@@ -460,7 +460,7 @@ func (g *recordGenerator) customValue(key, name string) string {
 		return pick(r, []string{"HIT", "MISS"})
 	}
 	switch {
-	case strings.HasPrefix(key, logfield.CookiePrefix):
+	case strings.HasPrefix(key, accesslog.CookiePrefix):
 		if r.IntN(4) == 0 {
 			return ""
 		}

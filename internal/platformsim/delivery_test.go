@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 )
 
 // fakeClock is a settable simulated clock.
@@ -238,7 +238,7 @@ var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-
 // checkValueType checks a JSON value against a field's catalogued type.
 func checkValueType(t *testing.T, key string, v json.RawMessage) {
 	t.Helper()
-	typ, ok := logfield.TypeOf(key)
+	typ, ok := accesslog.FieldTypeOf(key)
 	if !ok {
 		t.Errorf("record key %q is neither catalogued nor custom", key)
 		return
@@ -251,16 +251,16 @@ func checkValueType(t *testing.T, key string, v json.RawMessage) {
 		return
 	}
 	switch typ {
-	case logfield.String:
+	case accesslog.TypeString:
 		if _, ok := x.(string); !ok {
 			t.Errorf("%s = %s, want a string", key, v)
 		}
-	case logfield.Integer:
+	case accesslog.TypeInteger:
 		n, ok := x.(json.Number)
 		if _, err := n.Int64(); !ok || err != nil {
 			t.Errorf("%s = %s, want an integer", key, v)
 		}
-	case logfield.Float, logfield.Timestamp:
+	case accesslog.TypeFloat, accesslog.TypeTimestamp:
 		n, ok := x.(json.Number)
 		if _, err := n.Float64(); !ok || err != nil {
 			t.Errorf("%s = %s, want a number", key, v)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 )
 
 // This file serves the RTLD endpoints (/rtld/v1/...); the log delivery
@@ -164,7 +164,7 @@ func (s *Server) handleLogFields(w http.ResponseWriter, r *http.Request) {
 		writeFailure(w, f)
 		return
 	}
-	writeJSON(w, http.StatusOK, paginate(r, logfield.All(), limit, offset))
+	writeJSON(w, http.StatusOK, paginate(r, accesslog.Fields(), limit, offset))
 }
 
 func (s *Server) handleCloudRegions(w http.ResponseWriter, r *http.Request) {

@@ -15,7 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 )
 
 // Limits of an RTLD access-log profile (spec 2.9 and 8).
@@ -471,7 +471,7 @@ func (v *profileValidator) delivery(r json.RawMessage) rtldDelivery {
 }
 
 func isKnownField(code string) bool {
-	_, ok := logfield.Lookup(code)
+	_, ok := accesslog.LookupField(code)
 	return ok
 }
 

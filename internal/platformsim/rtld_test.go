@@ -13,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 )
 
 // rtldSim is a Server behind a real HTTP listener with a token for the
@@ -380,7 +380,7 @@ func TestRTLDPagination(t *testing.T) {
 	}
 	// Default page: 50 items.
 	status, first, body := get("/rtld/v1/accesslogs/fields")
-	all := logfield.All()
+	all := accesslog.Fields()
 	if status != 200 || first.Type != "Collection" || first.TotalItems != len(all) || len(first.Items) != min(50, len(all)) {
 		t.Fatalf("default page: %d %s", status, body)
 	}
@@ -405,7 +405,7 @@ func TestRTLDPagination(t *testing.T) {
 				t.Fatal("next links do not end")
 			}
 		}
-		if !slices.Equal(codes, logfield.Codes()) {
+		if !slices.Equal(codes, accesslog.FieldCodes()) {
 			t.Errorf("limit %d: walked %d codes, want the %d of the catalogue", limit, len(codes), len(all))
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 )
 
@@ -147,7 +148,7 @@ func (g *GapTracker) save() (uint64, error) {
 
 // Seen reports whether the batch b (with identity) was already observed in
 // the spool. Batches without identity are never seen.
-func (g *GapTracker) Seen(b *Batch) bool {
+func (g *GapTracker) Seen(b *accesslog.Batch) bool {
 	if !b.HasIdentity() {
 		return false
 	}
@@ -173,7 +174,7 @@ func (g *GapTracker) CountDuplicate(env, agent string) {
 }
 
 // observe records one spooled batch.
-func (g *GapTracker) observe(b *Batch, now time.Time) {
+func (g *GapTracker) observe(b *accesslog.Batch, now time.Time) {
 	if !b.HasIdentity() {
 		return
 	}
@@ -320,7 +321,7 @@ func (g *GapTracker) Run(ctx context.Context, r SpoolReader, interval time.Durat
 				if skip {
 					continue // already in the saved state (a crash between save and commit)
 				}
-				if b, err := UnmarshalBatchHeader(e.Data); err == nil {
+				if b, err := accesslog.UnmarshalHeader(e.Data); err == nil {
 					g.observe(b, now)
 				} else {
 					g.log.Error("rtld: unreadable spool entry", "index", e.Index, "err", err)

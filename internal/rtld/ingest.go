@@ -1,3 +1,7 @@
+// Package rtld is edgepipe's real-time log delivery receiver: the ingest
+// source that accepts the platform's access-log batches, the gap detector and
+// the profile registrar. The data types live in rtld/logbatch, the spool in
+// rtld/spool, the delivery workers in rtld/delivery; rtld/receiver wires them.
 package rtld
 
 import (
@@ -7,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/klauspost/compress/flate"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,9 +19,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld/spool"
+	"github.com/klauspost/compress/flate"
+
 	"github.com/go-chi/chi/v5"
 	kgzip "github.com/klauspost/compress/gzip"
+
+	"github.com/edgepipe/edgepipe/internal/accesslog"
+	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 )
 
 // Defaults of IngestConfig.
@@ -63,7 +70,7 @@ type Spooler interface {
 // DuplicateChecker is what ingest needs from the gap tracker: whether a
 // batch with identity was already spooled, and counting a dropped duplicate.
 type DuplicateChecker interface {
-	Seen(b *Batch) bool
+	Seen(b *accesslog.Batch) bool
 	CountDuplicate(env, agent string)
 }
 
@@ -241,7 +248,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		in.fail(w, http.StatusUnsupportedMediaType, StatusMalformed, wire.n, fmt.Sprintf("unsupported Content-Encoding %q (gzip or identity)", enc))
 		return
 	}
-	batch, err := DecodeBatch(env, &limitReader{r: body, n: in.cfg.MaxDecodedBytes})
+	batch, err := accesslog.Decode(env, &limitReader{r: body, n: in.cfg.MaxDecodedBytes})
 	if err != nil {
 		in.decodeFailed(w, wire.n, err)
 		return
@@ -263,7 +270,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		in.reply(w, http.StatusOK, map[string]any{"status": StatusDuplicate, "records": n})
 		return
 	}
-	if err := in.spool.Append(r.Context(), MarshalBatch(batch)); err != nil {
+	if err := in.spool.Append(r.Context(), accesslog.Marshal(batch)); err != nil {
 		switch {
 		case errors.Is(err, spool.ErrFull):
 			in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, wire.n, "spool is full, retry later")
@@ -296,7 +303,7 @@ func (in *Ingest) gzipReader(r io.Reader) (*kgzip.Reader, error) {
 // decodeFailed answers a body that could not be read or decoded.
 func (in *Ingest) decodeFailed(w http.ResponseWriter, wire int64, err error) {
 	var mbe *http.MaxBytesError
-	var de *DecodeError
+	var de *accesslog.DecodeError
 	var ce flate.CorruptInputError
 	switch {
 	case errors.As(err, &mbe):

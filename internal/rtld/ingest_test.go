@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 	"github.com/go-chi/chi/v5"
 	kgzip "github.com/klauspost/compress/gzip"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/edgepipe/edgepipe/internal/accesslog"
+	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 )
 
 type memSpool struct {
@@ -49,7 +51,7 @@ func (m *memSpool) len() int { m.mu.Lock(); defer m.mu.Unlock(); return len(m.en
 
 type seenSet map[string]bool
 
-func (s seenSet) Seen(b *Batch) bool {
+func (s seenSet) Seen(b *accesslog.Batch) bool {
 	return s[fmt.Sprint(b.EnvironmentID, b.AgentID, b.Datestamp, b.SeqNum)]
 }
 func (s seenSet) CountDuplicate(env, agent string) {}

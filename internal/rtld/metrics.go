@@ -3,8 +3,9 @@ package rtld
 import (
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 )
 
 // Batch outcomes, the "status" label of the received_* counters.
@@ -20,21 +21,17 @@ const (
 )
 
 // Metrics are the receiver's self-metrics. Create them once with NewMetrics
-// and hand them to the ingest handler, gap tracker and delivery workers.
+// and hand them to the ingest handler and the gap tracker.
 type Metrics struct {
-	batches     *prometheus.CounterVec
-	records     *prometheus.CounterVec
-	bytes       *prometheus.CounterVec
-	ackLatency  prometheus.Histogram
-	inFlight    prometheus.Gauge
-	gaps        *prometheus.CounterVec
-	duplicates  *prometheus.CounterVec
-	late        *prometheus.CounterVec
-	missing     prometheus.Gauge
-	sinkRecords *prometheus.CounterVec
-	sinkBatches *prometheus.CounterVec
-	sinkErrors  *prometheus.CounterVec
-	sinkSeconds *prometheus.HistogramVec
+	batches    *prometheus.CounterVec
+	records    *prometheus.CounterVec
+	bytes      *prometheus.CounterVec
+	ackLatency prometheus.Histogram
+	inFlight   prometheus.Gauge
+	gaps       *prometheus.CounterVec
+	duplicates *prometheus.CounterVec
+	late       *prometheus.CounterVec
+	missing    prometheus.Gauge
 }
 
 // NewMetrics creates the receiver's metrics and registers them on reg.
@@ -77,23 +74,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "edgepipe_rtld_seq_missing",
 			Help: "seq_nums currently missing but still within the grace period (the platform may still retry them).",
 		}),
-		sinkRecords: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "edgepipe_rtld_sink_delivered_records_total",
-			Help: "Records delivered to a sink and acknowledged by it.",
-		}, []string{"sink"}),
-		sinkBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "edgepipe_rtld_sink_delivered_batches_total",
-			Help: "Spooled batches delivered to a sink and acknowledged by it.",
-		}, []string{"sink"}),
-		sinkErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "edgepipe_rtld_sink_errors_total",
-			Help: "Failed delivery attempts to a sink (each is retried with backoff).",
-		}, []string{"sink"}),
-		sinkSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "edgepipe_rtld_sink_delivery_seconds",
-			Help:    "Duration of successful deliveries of a group of spooled batches to a sink.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}, []string{"sink"}),
 	}
 	for _, s := range []string{StatusAccepted, StatusDuplicate, StatusUnauthorized, StatusMalformed, StatusTooLarge, StatusUnavailable, StatusError} {
 		m.batches.WithLabelValues(s)
@@ -101,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.records.WithLabelValues(StatusAccepted)
 	reg.MustRegister(m.batches, m.records, m.bytes, m.ackLatency, m.inFlight, m.gaps, m.duplicates, m.late,
-		m.missing, m.sinkRecords, m.sinkBatches, m.sinkErrors, m.sinkSeconds)
+		m.missing)
 	return m
 }
 

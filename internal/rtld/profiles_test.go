@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
 )
 
 // countingAPI counts the calls by method and can run a hook before one.
@@ -187,7 +187,7 @@ func TestRegistrarCreatesIdempotentAndRefreshesPassword(t *testing.T) {
 			dm.Authentication.Type != "http_basic" || dm.Authentication.Username != "edgepipe" {
 			t.Errorf("profile %+v", p)
 		}
-		if !slices.Equal(p.Fields, logfield.Codes()) {
+		if !slices.Equal(p.Fields, accesslog.FieldCodes()) {
 			t.Errorf("fields %v, want every listed field", p.Fields)
 		}
 	}

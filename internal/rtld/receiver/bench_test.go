@@ -16,13 +16,14 @@ import (
 	"testing"
 	"time"
 
+	kgzip "github.com/klauspost/compress/gzip"
+
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld"
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
 	"github.com/edgepipe/edgepipe/internal/rtld/receiver"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
 	"github.com/edgepipe/edgepipe/internal/testenv"
-	kgzip "github.com/klauspost/compress/gzip"
 )
 
 // The load: batches in the json format of benchRecords records with every
@@ -42,7 +43,7 @@ type benchLoad struct {
 func makeLoad(b *testing.B, n int) benchLoad {
 	b.Helper()
 	r := rand.New(rand.NewPCG(1, 2))
-	fields := logfield.All()
+	fields := accesslog.Fields()
 	var l benchLoad
 	var buf bytes.Buffer
 	for i := 0; i < n; i++ {
@@ -62,11 +63,11 @@ func makeLoad(b *testing.B, n int) benchLoad {
 				switch {
 				case f.Code == "uuid":
 					fmt.Fprintf(&buf, `"%08x-%04x-4%03x-a%03x-%012x"`, r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xfff, r.Uint32()&0xfff, r.Uint64()&0xffffffffffff)
-				case f.Type == logfield.Timestamp:
+				case f.Type == accesslog.TypeTimestamp:
 					fmt.Fprintf(&buf, "%d.%06d", 1763856000+i, r.IntN(1e6))
-				case f.Type == logfield.Integer:
+				case f.Type == accesslog.TypeInteger:
 					buf.WriteString(strconv.Itoa(r.IntN(100000)))
-				case f.Type == logfield.Float:
+				case f.Type == accesslog.TypeFloat:
 					buf.WriteString(strconv.FormatFloat(r.Float64()*10, 'f', 6, 64))
 				default:
 					fmt.Fprintf(&buf, `"%s-%d"`, f.Code, r.IntN(50))
@@ -176,7 +177,7 @@ func BenchmarkIngest(b *testing.B) {
 				http.Error(w, err.Error(), 400)
 				return
 			}
-			if _, err := rtld.DecodeBatch("env", zr); err != nil {
+			if _, err := accesslog.Decode("env", zr); err != nil {
 				http.Error(w, err.Error(), 400)
 				return
 			}
@@ -194,7 +195,7 @@ func BenchmarkIngest(b *testing.B) {
 		}
 		if withClickHouse {
 			ch := testenv.ClickHouse(b)
-			cfg.ClickHouse = &chsink.AccessLogsConfig{DSN: ch.DSN(ch.NewDatabase(b))}
+			cfg.ClickHouse = &logtable.Config{DSN: ch.DSN(ch.NewDatabase(b))}
 		}
 		if withKafka {
 			kafka := testenv.Kafka(b)

@@ -14,14 +14,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld"
-	"github.com/edgepipe/edgepipe/internal/rtld/spool"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
-	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
+	"github.com/edgepipe/edgepipe/internal/rtld/spool"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
+	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
 )
 
 // Sink names: spool reader names and the "sink" metric label.
@@ -45,7 +47,7 @@ type Config struct {
 	// Kafka enables the Kafka sink when not nil.
 	Kafka *kafkasink.Config
 	// ClickHouse enables the ClickHouse sink when not nil.
-	ClickHouse *chsink.AccessLogsConfig
+	ClickHouse *logtable.Config
 	// ProfileAPI and Registrar enable profile registration when both are set.
 	ProfileAPI rtld.ProfileAPI
 	Registrar  *rtld.RegistrarConfig
@@ -69,11 +71,12 @@ type Receiver struct {
 	log       *slog.Logger
 	reg       *prometheus.Registry
 	metrics   *rtld.Metrics
+	delivered *delivery.Metrics
 	spool     *spool.Spool
 	gaps      *rtld.GapTracker
 	ingest    *rtld.Ingest
 	registrar *rtld.Registrar
-	sinks     map[string]rtld.Sink
+	sinks     map[string]delivery.Sink
 	closers   []func() error
 	handler   http.Handler
 }
@@ -94,8 +97,9 @@ func New(cfg Config) (*Receiver, error) {
 		cfg.Registry = prometheus.NewRegistry()
 		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
-	r := &Receiver{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, sinks: map[string]rtld.Sink{}}
+	r := &Receiver{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, sinks: map[string]delivery.Sink{}}
 	r.metrics = rtld.NewMetrics(r.reg)
+	r.delivered = delivery.NewMetrics(r.reg)
 
 	if cfg.Kafka != nil {
 		kc := *cfg.Kafka
@@ -110,7 +114,7 @@ func New(cfg Config) (*Receiver, error) {
 	if cfg.ClickHouse != nil {
 		cc := *cfg.ClickHouse
 		cc.Logger = cfg.Logger
-		c := chsink.NewAccessLogs(cc)
+		c := logtable.New(cc)
 		r.sinks[SinkClickHouse] = c
 		r.closers = append(r.closers, c.Close)
 	}
@@ -221,7 +225,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			cancel()
 			return err
 		}
-		w := &rtld.Worker{Name: name, Sink: sink, Reader: reader, Metrics: r.metrics, Log: r.log}
+		w := &delivery.Worker{Name: name, Sink: sink, Reader: reader, Metrics: r.delivered, Log: r.log}
 		if name == SinkClickHouse {
 			// ClickHouse wants few large INSERTs (each one is a part to
 			// merge): up to 32 MiB of JSON (~16k records of 2 KB) at once.

@@ -1,14 +1,16 @@
-// Package clickhouse is edgepipe's ClickHouse sink: a connection over the
-// native protocol that knows the server's version (conn.go), one table per
-// metrics dataset written idempotently by the exporter (metrics*.go), and the
-// receiver's access_logs table (accesslogs*.go).
+// Package clickhouse is what both programs' ClickHouse sinks share: a
+// connection over the native protocol that knows the server's version
+// (conn.go) and the classification of server errors (errors.go). The tables
+// live in one package per program: metrictables (the exporter's table per
+// metrics dataset) and logtable (the receiver's access_logs), so neither
+// binary links the other's code.
 //
 // Every table is a ReplacingMergeTree, so writing a row again is harmless:
 // `SELECT … FINAL` shows one row per key with the newest values. Writers
 // therefore retry freely, and INSERTs always name their columns explicitly so
 // that a table with columns added later still accepts older writers.
 //
-// # Using the connection (for every writer in this package)
+// # Using the connection
 //
 //	db, err := clickhouse.Open(ctx, dsn, clickhouse.WithLogger(log))
 //	defer db.Close()
@@ -25,7 +27,6 @@ package clickhouse
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -346,16 +347,6 @@ func RedactDSN(dsn string) string {
 		u.RawQuery = q.Encode()
 	}
 	return u.String()
-}
-
-// ErrorCode returns the ClickHouse server exception code in err (such as 60
-// for UNKNOWN_TABLE), or 0 when err is not a server exception.
-func ErrorCode(err error) int32 {
-	var ex *ch.Exception
-	if errors.As(err, &ex) {
-		return ex.Code
-	}
-	return 0
 }
 
 func firstWords(q string) string {

@@ -23,9 +23,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld"
 	kafkago "github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
+
+	"github.com/edgepipe/edgepipe/internal/accesslog"
+	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
 )
 
 // Config configures the sink.
@@ -179,14 +181,14 @@ func (s *Sink) ensureTopic(ctx context.Context) error {
 // when the brokers acknowledged all of them (acks=all). On error some
 // messages may have been written: the worker retries the whole group, so
 // Kafka is at-least-once.
-func (s *Sink) Deliver(ctx context.Context, batches []*rtld.Batch) error {
+func (s *Sink) Deliver(ctx context.Context, batches []*accesslog.Batch) error {
 	return s.Prepare(batches).Deliver(ctx)
 }
 
-// Prepare builds the messages of the batches (rtld.Preparer: the worker
+// Prepare builds the messages of the batches (delivery.Preparer: the worker
 // builds the next group while the brokers acknowledge the current one); the
 // returned delivery writes them, as often as it is called.
-func (s *Sink) Prepare(batches []*rtld.Batch) rtld.Prepared {
+func (s *Sink) Prepare(batches []*accesslog.Batch) delivery.Prepared {
 	return &preparedWrite{s: s, msgs: Messages(batches)}
 }
 
@@ -243,7 +245,7 @@ func firstError(we kafkago.WriteErrors) error {
 
 // Messages turns batches into Kafka messages (exported for tests and the
 // benchmark).
-func Messages(batches []*rtld.Batch) []kafkago.Message {
+func Messages(batches []*accesslog.Batch) []kafkago.Message {
 	n := 0
 	for _, b := range batches {
 		n += len(b.Records)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -22,16 +22,16 @@ func TestDeliverOneMessagePerRecordWithHeadersAndKeys(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	var batches []*rtld.Batch
+	var batches []*accesslog.Batch
 	for a := 0; a < 3; a++ {
-		b := &rtld.Batch{EnvironmentID: "env", Format: rtld.FormatJSON, AgentID: fmt.Sprintf("agent-%d", a),
+		b := &accesslog.Batch{EnvironmentID: "env", Format: accesslog.FormatJSON, AgentID: fmt.Sprintf("agent-%d", a),
 			Datestamp: "20261123", SeqNum: int64(a), ProfileID: "9", ReceivedUnixNano: time.Now().UnixNano()}
 		for i := 0; i < 10; i++ {
 			b.Records = append(b.Records, json.RawMessage(fmt.Sprintf(`{"uuid":"%d-%d"}`, a, i)))
 		}
 		batches = append(batches, b)
 	}
-	batches = append(batches, &rtld.Batch{EnvironmentID: "env", Format: rtld.FormatJSONArray, SeqNum: rtld.NoSeqNum,
+	batches = append(batches, &accesslog.Batch{EnvironmentID: "env", Format: accesslog.FormatJSONArray, SeqNum: accesslog.NoSeqNum,
 		Records: []json.RawMessage{json.RawMessage(`{"uuid":"x"}`)}})
 	if err := sink.Deliver(ctx, batches); err != nil {
 		t.Fatalf("Deliver: %v", err)
@@ -81,14 +81,14 @@ func TestDeliverFailsWhileBrokerIsDown(t *testing.T) {
 	}
 	t.Cleanup(func() { sink.Close() })
 	broker.Pause()
-	b := &rtld.Batch{EnvironmentID: "env", Format: rtld.FormatJSONLines, SeqNum: rtld.NoSeqNum, Records: []json.RawMessage{json.RawMessage(`{"a":1}`)}}
-	if err := sink.Deliver(context.Background(), []*rtld.Batch{b}); err == nil {
+	b := &accesslog.Batch{EnvironmentID: "env", Format: accesslog.FormatJSONLines, SeqNum: accesslog.NoSeqNum, Records: []json.RawMessage{json.RawMessage(`{"a":1}`)}}
+	if err := sink.Deliver(context.Background(), []*accesslog.Batch{b}); err == nil {
 		t.Fatal("Deliver succeeded with the broker down")
 	}
 	broker.Resume()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := sink.Deliver(context.Background(), []*rtld.Batch{b})
+		err := sink.Deliver(context.Background(), []*accesslog.Batch{b})
 		if err == nil {
 			break
 		}

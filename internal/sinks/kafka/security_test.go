@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -89,8 +89,8 @@ func newTestPKI(t *testing.T) *testPKI {
 	return p
 }
 
-func testBatch(env string, n int) *rtld.Batch {
-	b := &rtld.Batch{EnvironmentID: env, Format: rtld.FormatJSON, AgentID: "agent", Datestamp: "20261123",
+func testBatch(env string, n int) *accesslog.Batch {
+	b := &accesslog.Batch{EnvironmentID: env, Format: accesslog.FormatJSON, AgentID: "agent", Datestamp: "20261123",
 		SeqNum: 1, ReceivedUnixNano: time.Now().UnixNano()}
 	for i := 0; i < n; i++ {
 		b.Records = append(b.Records, json.RawMessage(fmt.Sprintf(`{"uuid":"%s-%d"}`, env, i)))
@@ -118,7 +118,7 @@ func TestDeliverWithSASL(t *testing.T) {
 			t.Cleanup(func() { sink.Close() })
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			if err := sink.Deliver(ctx, []*rtld.Batch{testBatch("env", 7)}); err != nil {
+			if err := sink.Deliver(ctx, []*accesslog.Batch{testBatch("env", 7)}); err != nil {
 				t.Fatalf("Deliver with SASL %s: %v", tc.flag, err)
 			}
 			if recs := broker.WaitForRecords(t, topic, 7, 20*time.Second); len(recs) != 7 {
@@ -152,7 +152,7 @@ func TestDeliverWithWrongPasswordFailsClearly(t *testing.T) {
 	// must fail the same clear way (not hang, not pretend success).
 	for attempt, sink := range []*Sink{withCreate, withCreate, writeOnly, writeOnly} {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err = sink.Deliver(ctx, []*rtld.Batch{testBatch("env", 3)})
+		err = sink.Deliver(ctx, []*accesslog.Batch{testBatch("env", 3)})
 		cancel()
 		if err == nil {
 			t.Fatalf("attempt %d: Deliver with a wrong password succeeded", attempt)
@@ -193,7 +193,7 @@ func TestDeliverOverTLSWithSASL(t *testing.T) {
 		t.Cleanup(func() { sink.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := sink.Deliver(ctx, []*rtld.Batch{testBatch("env", 4)}); err != nil {
+		if err := sink.Deliver(ctx, []*accesslog.Batch{testBatch("env", 4)}); err != nil {
 			t.Fatalf("Deliver over TLS: %v", err)
 		}
 		if recs := broker.WaitForRecords(t, "tls-topic", 4, 20*time.Second); len(recs) != 4 {
@@ -214,7 +214,7 @@ func TestDeliverOverTLSWithSASL(t *testing.T) {
 		t.Cleanup(func() { sink.Close() })
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		err = sink.Deliver(ctx, []*rtld.Batch{testBatch("env", 1)})
+		err = sink.Deliver(ctx, []*accesslog.Batch{testBatch("env", 1)})
 		if err == nil || !strings.Contains(err.Error(), "certificate") {
 			t.Fatalf("Deliver to a broker with an untrusted certificate: %v, want a certificate error", err)
 		}

@@ -1,4 +1,4 @@
-package clickhouse_test
+package metrictables_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/schedule"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -29,7 +29,7 @@ func offloadBatch(at time.Time, envs ...string) *schedule.Batch {
 // counted.
 func TestQueueOverflowDropsAndCounts(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	sink, err := chsink.NewSink(chsink.SinkConfig{DSN: "clickhouse://127.0.0.1:1/x", QueueRows: 5, Registerer: reg,
+	sink, err := metrictables.NewSink(metrictables.SinkConfig{DSN: "clickhouse://127.0.0.1:1/x", QueueRows: 5, Registerer: reg,
 		Logger: testLogger(t), RetryMax: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestQueueOverflowDropsAndCounts(t *testing.T) {
 // TestCloseFlushes: rows published just before Close are written.
 func TestCloseFlushes(t *testing.T) {
 	ch := testenv.ClickHouse(t)
-	sink, err := chsink.NewSink(chsink.SinkConfig{DSN: ch.DSN("flush"), Logger: testLogger(t)})
+	sink, err := metrictables.NewSink(metrictables.SinkConfig{DSN: ch.DSN("flush"), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestCloseFlushes(t *testing.T) {
 // first sighting and the revision reach ClickHouse in one INSERT.
 func TestRevisionReplacesRow(t *testing.T) {
 	ch := testenv.ClickHouse(t)
-	sink, err := chsink.NewSink(chsink.SinkConfig{DSN: ch.DSN("rev"), Logger: testLogger(t)})
+	sink, err := metrictables.NewSink(metrictables.SinkConfig{DSN: ch.DSN("rev"), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package rtld
+package accesslog
 
 import (
 	"encoding/binary"
@@ -14,10 +14,10 @@ const codecVersion byte = 1
 // errCodec reports a spool entry that cannot be decoded.
 var errCodec = errors.New("corrupt spooled batch")
 
-// MarshalBatch encodes b compactly for the spool: a version byte, the batch
+// Marshal encodes b compactly for the spool: a version byte, the batch
 // metadata as length-prefixed strings and varints, then every record's JSON
 // length-prefixed. The spool adds its own length and CRC around it.
-func MarshalBatch(b *Batch) []byte {
+func Marshal(b *Batch) []byte {
 	size := 1 + 10 + 10 + 10 + len(b.Records)*5 + b.RecordBytes()
 	for _, s := range b.strings() {
 		size += len(*s) + 5
@@ -43,12 +43,12 @@ func (b *Batch) strings() []*string {
 	return []*string{&b.EnvironmentID, f, &b.AccountNumber, &b.AgentID, &b.Datestamp, &b.Platform, &b.ProfileID}
 }
 
-// UnmarshalBatch decodes what MarshalBatch encoded. Records alias data.
-func UnmarshalBatch(data []byte) (*Batch, error) { return unmarshal(data, true) }
+// Unmarshal decodes what Marshal encoded. Records alias data.
+func Unmarshal(data []byte) (*Batch, error) { return unmarshal(data, true) }
 
-// UnmarshalBatchHeader decodes only the metadata of what MarshalBatch
+// UnmarshalHeader decodes only the metadata of what Marshal
 // encoded; Records is left nil.
-func UnmarshalBatchHeader(data []byte) (*Batch, error) { return unmarshal(data, false) }
+func UnmarshalHeader(data []byte) (*Batch, error) { return unmarshal(data, false) }
 
 func unmarshal(data []byte, records bool) (*Batch, error) {
 	if len(data) == 0 || data[0] != codecVersion {

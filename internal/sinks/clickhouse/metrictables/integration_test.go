@@ -1,4 +1,4 @@
-package clickhouse_test
+package metrictables_test
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/schedule/fakeclock"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
-	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/chtest"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables/chtest"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -64,9 +64,9 @@ func newWorld(t *testing.T, envs int) *world {
 	return w
 }
 
-func (w *world) newSink(reg prometheus.Registerer) *chsink.Sink {
+func (w *world) newSink(reg prometheus.Registerer) *metrictables.Sink {
 	w.t.Helper()
-	s, err := chsink.NewSink(chsink.SinkConfig{
+	s, err := metrictables.NewSink(metrictables.SinkConfig{
 		DSN: w.dsn, Logger: w.log, Registerer: reg, Now: w.clock.Now,
 		RetryMax: 300 * time.Millisecond, InsertTimeout: 10 * time.Second,
 	})
@@ -146,7 +146,7 @@ type running struct {
 
 // startScheduler runs a scheduler over every dataset, publishing to sink
 // and resuming from it, and waits for the first round of polls.
-func (w *world) startScheduler(sink *chsink.Sink) *running {
+func (w *world) startScheduler(sink *metrictables.Sink) *running {
 	w.t.Helper()
 	dss, err := w.api.Datasets(context.Background())
 	if err != nil {
@@ -203,7 +203,7 @@ func (w *world) cycle(r *running) {
 	r.polls.waitPolls(w.t, n+r.sets)
 }
 
-func flush(t *testing.T, s *chsink.Sink) {
+func flush(t *testing.T, s *metrictables.Sink) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -1,4 +1,4 @@
-package clickhouse
+package logtable
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld"
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -50,21 +50,21 @@ func record(i int, extra string) json.RawMessage {
 func TestAccessLogsExactlyOnceUnderFinal(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	db := srv.NewDatabase(t)
-	sink := NewAccessLogs(AccessLogsConfig{DSN: srv.DSN(db)})
+	sink := New(Config{DSN: srv.DSN(db)})
 	t.Cleanup(func() { sink.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
 	now := time.Now().UnixNano()
-	withID := &rtld.Batch{EnvironmentID: "env-1", Format: rtld.FormatJSON, AgentID: "agent-1", Datestamp: "20261123", SeqNum: 4, ProfileID: "7", ReceivedUnixNano: now}
+	withID := &accesslog.Batch{EnvironmentID: "env-1", Format: accesslog.FormatJSON, AgentID: "agent-1", Datestamp: "20261123", SeqNum: 4, ProfileID: "7", ReceivedUnixNano: now}
 	for i := 0; i < 5; i++ {
 		withID.Records = append(withID.Records, record(i, ""))
 	}
-	lines := &rtld.Batch{EnvironmentID: "env-1", Format: rtld.FormatJSONLines, SeqNum: rtld.NoSeqNum, ReceivedUnixNano: now,
+	lines := &accesslog.Batch{EnvironmentID: "env-1", Format: accesslog.FormatJSONLines, SeqNum: accesslog.NoSeqNum, ReceivedUnixNano: now,
 		Records: []json.RawMessage{record(100, ""), record(101, ""), json.RawMessage(`{"status_code":"oops","a":1}`), json.RawMessage(`{"status_code":"oops","a":1}`)}}
 	for attempt := 0; attempt < 3; attempt++ {
 		// Deliver, then redeliver (a retry after a crash, a platform retry).
-		if err := sink.Deliver(ctx, []*rtld.Batch{withID, lines}); err != nil {
+		if err := sink.Deliver(ctx, []*accesslog.Batch{withID, lines}); err != nil {
 			t.Fatalf("Deliver attempt %d: %v", attempt, err)
 		}
 	}
@@ -96,11 +96,11 @@ func TestAccessLogsExactlyOnceUnderFinal(t *testing.T) {
 	}
 
 	// A second sink (a restart) finds the table and adds a new field's column.
-	sink2 := NewAccessLogs(AccessLogsConfig{DSN: srv.DSN(db), Fields: append(logfield.All(), logfield.Field{Code: "new_field", Type: logfield.Integer})})
+	sink2 := New(Config{DSN: srv.DSN(db), Fields: append(accesslog.Fields(), accesslog.Field{Code: "new_field", Type: accesslog.TypeInteger})})
 	t.Cleanup(func() { sink2.Close() })
-	b := &rtld.Batch{EnvironmentID: "env-1", Format: rtld.FormatJSON, AgentID: "agent-1", Datestamp: "20261123", SeqNum: 5, ReceivedUnixNano: now,
+	b := &accesslog.Batch{EnvironmentID: "env-1", Format: accesslog.FormatJSON, AgentID: "agent-1", Datestamp: "20261123", SeqNum: 5, ReceivedUnixNano: now,
 		Records: []json.RawMessage{json.RawMessage(`{"uuid":"n","new_field":42}`)}}
-	if err := sink2.Deliver(ctx, []*rtld.Batch{b}); err != nil {
+	if err := sink2.Deliver(ctx, []*accesslog.Batch{b}); err != nil {
 		t.Fatalf("Deliver with a new column: %v", err)
 	}
 	var nf int64
@@ -111,10 +111,10 @@ func TestAccessLogsExactlyOnceUnderFinal(t *testing.T) {
 }
 
 func TestSplitBatches(t *testing.T) {
-	mk := func(sizes ...int) []*rtld.Batch {
-		var out []*rtld.Batch
+	mk := func(sizes ...int) []*accesslog.Batch {
+		var out []*accesslog.Batch
 		for _, n := range sizes {
-			out = append(out, &rtld.Batch{Records: make([]json.RawMessage, n)})
+			out = append(out, &accesslog.Batch{Records: make([]json.RawMessage, n)})
 		}
 		return out
 	}
@@ -143,13 +143,13 @@ func TestSplitBatches(t *testing.T) {
 }
 
 func TestBuildColumnsValues(t *testing.T) {
-	fields := []logfield.Field{
-		{Code: "host", Type: logfield.String},
-		{Code: "status_code", Type: logfield.Integer},
-		{Code: "total_time", Type: logfield.Float},
-		{Code: "timestamp", Type: logfield.Timestamp},
+	fields := []accesslog.Field{
+		{Code: "host", Type: accesslog.TypeString},
+		{Code: "status_code", Type: accesslog.TypeInteger},
+		{Code: "total_time", Type: accesslog.TypeFloat},
+		{Code: "timestamp", Type: accesslog.TypeTimestamp},
 	}
-	cols := accessColumns(Version{}, fields, nil) // no DateTime64: timestamp_us column
+	cols := accessColumns(clickhouse.Version{}, fields, nil) // no DateTime64: timestamp_us column
 	for _, tc := range []struct {
 		name   string
 		record string
@@ -176,9 +176,9 @@ func TestBuildColumnsValues(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// Two records per batch: the second one must not inherit the
 			// first one's values (the extra map and flags are reused).
-			b := &rtld.Batch{EnvironmentID: "env", Format: rtld.FormatJSONLines, SeqNum: rtld.NoSeqNum,
+			b := &accesslog.Batch{EnvironmentID: "env", Format: accesslog.FormatJSONLines, SeqNum: accesslog.NoSeqNum,
 				Records: []json.RawMessage{json.RawMessage(tc.record), json.RawMessage(`{}`)}}
-			d := buildColumns([]*rtld.Batch{b}, cols, 7)
+			d := buildColumns([]*accesslog.Batch{b}, cols, 7)
 			if d.rows != 2 {
 				t.Fatalf("rows = %d", d.rows)
 			}

@@ -1,4 +1,4 @@
-package rtld
+package accesslog
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		b, err := DecodeBatch("env", strings.NewReader(body))
+		b, err := Decode("env", strings.NewReader(body))
 		// The fast path and the streaming decoder agree.
 		sb, serr := decodeStream("env", strings.NewReader(body))
 		if (err == nil) != (serr == nil) {
@@ -71,7 +71,7 @@ func FuzzDecodeBatch(f *testing.F) {
 				}
 			}
 		}
-		back, err := UnmarshalBatch(MarshalBatch(b))
+		back, err := Unmarshal(Marshal(b))
 		if err != nil || len(back.Records) != len(b.Records) || back.SeqNum != b.SeqNum {
 			t.Fatalf("codec round trip failed: %v", err)
 		}

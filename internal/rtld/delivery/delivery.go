@@ -1,4 +1,9 @@
-package rtld
+// Package delivery moves spooled access-log batches into the receiver's
+// sinks (Kafka, ClickHouse) with end-to-end acknowledgement: one Worker per
+// sink reads the spool from the sink's own cursor and commits the cursor only
+// after the sink acknowledged. Sinks implement the small contract defined
+// here (Sink, and optionally Preparer); they never import the HTTP ingest.
+package delivery
 
 import (
 	"context"
@@ -9,6 +14,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+
+	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 )
 
@@ -17,7 +24,7 @@ import (
 // batch; on error the worker delivers the same batches again, so a sink must
 // tolerate redelivery (ClickHouse collapses it, Kafka is at-least-once).
 type Sink interface {
-	Deliver(ctx context.Context, batches []*Batch) error
+	Deliver(ctx context.Context, batches []*accesslog.Batch) error
 }
 
 // Worker moves spooled batches into one sink, in spool order, and commits
@@ -49,13 +56,19 @@ type Worker struct {
 // acknowledging the current one, so conversion and the sink's own work
 // overlap instead of alternating.
 type Preparer interface {
-	Prepare(batches []*Batch) Prepared
+	Prepare(batches []*accesslog.Batch) Prepared
 }
 
 // Prepared is one prepared delivery; Deliver has Sink.Deliver's contract
 // and may be called again after an error.
 type Prepared interface {
 	Deliver(ctx context.Context) error
+}
+
+// SpoolReader is what a worker needs from its sink's spool cursor.
+type SpoolReader interface {
+	Next(ctx context.Context, maxEntries int, maxBytes int64) ([]spool.Entry, error)
+	Commit(p spool.Position) error
 }
 
 // group is one read from the spool, decoded and prepared.
@@ -110,8 +123,8 @@ func (w *Worker) Run(ctx context.Context) error {
 				return nil // ctx ended
 			}
 		}
-		w.Metrics.sinkBatches.WithLabelValues(w.Name).Add(float64(g.batches))
-		w.Metrics.sinkRecords.WithLabelValues(w.Name).Add(float64(g.records))
+		w.Metrics.batches.WithLabelValues(w.Name).Add(float64(g.batches))
+		w.Metrics.records.WithLabelValues(w.Name).Add(float64(g.records))
 		if err := w.Reader.Commit(g.entries[len(g.entries)-1].Next); err != nil {
 			return fmt.Errorf("%s worker committing its spool position: %w", w.Name, err)
 		}
@@ -138,10 +151,10 @@ func (w *Worker) read(ctx context.Context, log *slog.Logger, out chan<- group) e
 		if len(entries) == 0 {
 			continue
 		}
-		batches := make([]*Batch, 0, len(entries))
+		batches := make([]*accesslog.Batch, 0, len(entries))
 		g := group{entries: entries}
 		for _, e := range entries {
-			b, err := UnmarshalBatch(e.Data)
+			b, err := accesslog.Unmarshal(e.Data)
 			if err != nil {
 				// The entry passed its checksum, so this is a bug or a
 				// version skew; skipping it is the only way forward.
@@ -177,7 +190,7 @@ func (w *Worker) deliver(ctx context.Context, log *slog.Logger, g group) error {
 		start := time.Now()
 		err := g.send(ctx)
 		if err == nil {
-			w.Metrics.sinkSeconds.WithLabelValues(w.Name).Observe(time.Since(start).Seconds())
+			w.Metrics.seconds.WithLabelValues(w.Name).Observe(time.Since(start).Seconds())
 			if attempt > 1 {
 				log.Info("rtld: sink is delivering again", "attempts", attempt)
 			}
@@ -186,7 +199,7 @@ func (w *Worker) deliver(ctx context.Context, log *slog.Logger, g group) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		w.Metrics.sinkErrors.WithLabelValues(w.Name).Inc()
+		w.Metrics.errors.WithLabelValues(w.Name).Inc()
 		wait := b.NextBackOff()
 		log.Warn("rtld: delivery failed, retrying", "batches", g.batches, "attempt", attempt, "retry_in", wait, "err", err)
 		t := time.NewTimer(wait)

@@ -1,4 +1,9 @@
-package clickhouse
+// Package logtable is the receiver's ClickHouse sink: every access-log
+// record becomes one row of the access_logs table, with a typed column per
+// known log field and the rest kept as JSON in extra. The table is a
+// ReplacingMergeTree keyed by each record's identity, so a redelivered record
+// collapses under `SELECT … FINAL`.
+package logtable
 
 import (
 	"bytes"
@@ -14,12 +19,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/rtld"
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
+	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 )
 
-// AccessLogsTable is the table the receiver writes records to.
-const AccessLogsTable = "access_logs"
+// Table is the table the receiver writes records to.
+const Table = "access_logs"
 
 // Fixed columns of access_logs. A record field whose code is one of these
 // names is kept in the extra column (environment_id only when it differs
@@ -49,15 +55,15 @@ var fixedColumns = []struct{ name, typ string }{
 	{"insert_version", "UInt64"},
 }
 
-// AccessLogsConfig configures the access-log sink.
-type AccessLogsConfig struct {
+// Config configures the access-log sink.
+type Config struct {
 	// DSN names the server and database (see Open).
 	DSN string
 	// Options are passed to Open (password, logger, …).
-	Options []Option
+	Options []clickhouse.Option
 	// Fields are the catalogue fields that get typed columns (default:
-	// logfield.All()). Fields not listed land in the extra column.
-	Fields []logfield.Field
+	// accesslog.Fields()). Fields not listed land in the extra column.
+	Fields []accesslog.Field
 	// Logger receives connection and schema notes.
 	Logger *slog.Logger
 	// InsertTimeout bounds one delivery (default 60s).
@@ -69,15 +75,15 @@ type AccessLogsConfig struct {
 	Concurrency int
 }
 
-// AccessLogs is the receiver's ClickHouse sink. It connects (and creates or
+// Sink is the receiver's ClickHouse sink. It connects (and creates or
 // extends the table) at the first delivery, so a server that is down at
 // start-up only delays delivery. It is safe for concurrent use.
-type AccessLogs struct {
-	cfg AccessLogsConfig
+type Sink struct {
+	cfg Config
 	log *slog.Logger
 
 	mu      sync.Mutex
-	db      *DB
+	db      *clickhouse.DB
 	columns []accessColumn // in insert order
 	names   []string
 	gen     int // counts connects: prepared columns of another gen are rebuilt
@@ -85,7 +91,7 @@ type AccessLogs struct {
 
 // accessColumn is one typed field column.
 type accessColumn struct {
-	field logfield.Field
+	field accesslog.Field
 	name  string // column name (the field code)
 	typ   string // ClickHouse type
 	// fraction is the companion column holding microseconds of a timestamp
@@ -93,10 +99,10 @@ type accessColumn struct {
 	fraction string
 }
 
-// NewAccessLogs returns the sink; it does not connect yet.
-func NewAccessLogs(cfg AccessLogsConfig) *AccessLogs {
+// New returns the sink; it does not connect yet.
+func New(cfg Config) *Sink {
 	if cfg.Fields == nil {
-		cfg.Fields = logfield.All()
+		cfg.Fields = accesslog.Fields()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -107,7 +113,7 @@ func NewAccessLogs(cfg AccessLogsConfig) *AccessLogs {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 1
 	}
-	return &AccessLogs{cfg: cfg, log: cfg.Logger}
+	return &Sink{cfg: cfg, log: cfg.Logger}
 }
 
 func isFixed(code string) bool {
@@ -120,14 +126,14 @@ func isFixed(code string) bool {
 }
 
 // connect opens the connection and ensures the table once.
-func (a *AccessLogs) connect(ctx context.Context) (*DB, []accessColumn, []string, int, error) {
+func (a *Sink) connect(ctx context.Context) (*clickhouse.DB, []accessColumn, []string, int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.db != nil {
 		return a.db, a.columns, a.names, a.gen, nil
 	}
-	opts := append([]Option{WithLogger(a.log)}, a.cfg.Options...)
-	db, err := Open(ctx, a.cfg.DSN, opts...)
+	opts := append([]clickhouse.Option{clickhouse.WithLogger(a.log)}, a.cfg.Options...)
+	db, err := clickhouse.Open(ctx, a.cfg.DSN, opts...)
 	if err != nil {
 		return nil, nil, nil, 0, err
 	}
@@ -151,19 +157,19 @@ func (a *AccessLogs) connect(ctx context.Context) (*DB, []accessColumn, []string
 	return db, cols, names, a.gen, nil
 }
 
-// AccessLogsDDL returns the CREATE TABLE statement for the server version v
+// DDL returns the CREATE TABLE statement for the server version v
 // (exported for the README and tests).
-func AccessLogsDDL(db *DB, fields []logfield.Field) string {
+func DDL(db *clickhouse.DB, fields []accesslog.Field) string {
 	cols := accessColumns(db.Version(), fields, nil)
 	var b strings.Builder
-	b.WriteString("CREATE TABLE IF NOT EXISTS " + db.Table(AccessLogsTable) + " (\n")
+	b.WriteString("CREATE TABLE IF NOT EXISTS " + db.Table(Table) + " (\n")
 	for _, c := range fixedColumns {
-		fmt.Fprintf(&b, "  %s %s,\n", QuoteIdent(c.name), c.typ)
+		fmt.Fprintf(&b, "  %s %s,\n", clickhouse.QuoteIdent(c.name), c.typ)
 	}
 	for _, c := range cols {
-		fmt.Fprintf(&b, "  %s %s,\n", QuoteIdent(c.name), c.typ)
+		fmt.Fprintf(&b, "  %s %s,\n", clickhouse.QuoteIdent(c.name), c.typ)
 		if c.fraction != "" {
-			fmt.Fprintf(&b, "  %s UInt32,\n", QuoteIdent(c.fraction))
+			fmt.Fprintf(&b, "  %s UInt32,\n", clickhouse.QuoteIdent(c.fraction))
 		}
 	}
 	s := strings.TrimSuffix(b.String(), ",\n") + "\n)"
@@ -187,7 +193,7 @@ func hasTimestamp(cols []accessColumn) bool {
 // accessColumns maps fields to columns. existing holds the types of columns
 // already in the table, which win (a table created by an older server keeps
 // its DateTime + fraction layout after an upgrade).
-func accessColumns(v Version, fields []logfield.Field, existing map[string]string) []accessColumn {
+func accessColumns(v clickhouse.Version, fields []accesslog.Field, existing map[string]string) []accessColumn {
 	var cols []accessColumn
 	seen := map[string]bool{}
 	for _, f := range fields {
@@ -197,11 +203,11 @@ func accessColumns(v Version, fields []logfield.Field, existing map[string]strin
 		seen[f.Code] = true
 		c := accessColumn{field: f, name: f.Code}
 		switch f.Type {
-		case logfield.Integer:
+		case accesslog.TypeInteger:
 			c.typ = "Int64"
-		case logfield.Float:
+		case accesslog.TypeFloat:
 			c.typ = "Float64"
-		case logfield.Timestamp:
+		case accesslog.TypeTimestamp:
 			if v.HasDateTime64() {
 				c.typ = "DateTime64(6)"
 			} else {
@@ -214,7 +220,7 @@ func accessColumns(v Version, fields []logfield.Field, existing map[string]strin
 		if t, ok := existing[c.name]; ok {
 			c.typ = t
 			c.fraction = ""
-			if f.Type == logfield.Timestamp && t == "DateTime" {
+			if f.Type == accesslog.TypeTimestamp && t == "DateTime" {
 				c.fraction = f.Code + "_us"
 			}
 		}
@@ -224,17 +230,17 @@ func accessColumns(v Version, fields []logfield.Field, existing map[string]strin
 }
 
 // ensureTable creates the table, or adds the columns it lacks.
-func (a *AccessLogs) ensureTable(ctx context.Context, db *DB) ([]accessColumn, error) {
-	existing, err := columnTypes(ctx, db, AccessLogsTable)
+func (a *Sink) ensureTable(ctx context.Context, db *clickhouse.DB) ([]accessColumn, error) {
+	existing, err := columnTypes(ctx, db, Table)
 	if err != nil {
 		return nil, err
 	}
 	if len(existing) == 0 {
-		if err := db.Exec(ctx, AccessLogsDDL(db, a.cfg.Fields)); err != nil {
-			return nil, fmt.Errorf("creating %s: %w", AccessLogsTable, err)
+		if err := db.Exec(ctx, DDL(db, a.cfg.Fields)); err != nil {
+			return nil, fmt.Errorf("creating %s: %w", Table, err)
 		}
-		a.log.Info("clickhouse: created table", "table", AccessLogsTable, "server", db.Version().String())
-		existing, err = columnTypes(ctx, db, AccessLogsTable)
+		a.log.Info("clickhouse: created table", "table", Table, "server", db.Version().String())
+		existing, err = columnTypes(ctx, db, Table)
 		if err != nil {
 			return nil, err
 		}
@@ -243,37 +249,37 @@ func (a *AccessLogs) ensureTable(ctx context.Context, db *DB) ([]accessColumn, e
 	var missing []string
 	for _, c := range fixedColumns {
 		if _, ok := existing[c.name]; !ok {
-			missing = append(missing, QuoteIdent(c.name)+" "+c.typ)
+			missing = append(missing, clickhouse.QuoteIdent(c.name)+" "+c.typ)
 		}
 	}
 	for _, c := range cols {
 		if _, ok := existing[c.name]; !ok {
-			missing = append(missing, QuoteIdent(c.name)+" "+c.typ)
+			missing = append(missing, clickhouse.QuoteIdent(c.name)+" "+c.typ)
 		}
 		if _, ok := existing[c.fraction]; c.fraction != "" && !ok {
-			missing = append(missing, QuoteIdent(c.fraction)+" UInt32")
+			missing = append(missing, clickhouse.QuoteIdent(c.fraction)+" UInt32")
 		}
 	}
 	for _, m := range missing {
 		// One column per ALTER: 18.16 has no ADD COLUMN IF NOT EXISTS, and a
 		// concurrent replica may add the same column; re-check on error.
-		if err := db.Exec(ctx, "ALTER TABLE "+db.Table(AccessLogsTable)+" ADD COLUMN "+m); err != nil {
-			again, cerr := columnTypes(ctx, db, AccessLogsTable)
+		if err := db.Exec(ctx, "ALTER TABLE "+db.Table(Table)+" ADD COLUMN "+m); err != nil {
+			again, cerr := columnTypes(ctx, db, Table)
 			name := strings.Trim(strings.Fields(m)[0], "`")
 			if _, ok := again[name]; cerr != nil || !ok {
-				return nil, fmt.Errorf("adding column to %s: %w", AccessLogsTable, err)
+				return nil, fmt.Errorf("adding column to %s: %w", Table, err)
 			}
 		}
 	}
 	if len(missing) > 0 {
-		a.log.Info("clickhouse: added columns", "table", AccessLogsTable, "columns", len(missing))
+		a.log.Info("clickhouse: added columns", "table", Table, "columns", len(missing))
 	}
 	return cols, nil
 }
 
-func columnTypes(ctx context.Context, db *DB, table string) (map[string]string, error) {
+func columnTypes(ctx context.Context, db *clickhouse.DB, table string) (map[string]string, error) {
 	rows, err := db.Conn().Query(ctx, "SELECT name, type FROM system.columns WHERE database = "+
-		QuoteString(db.Database())+" AND table = "+QuoteString(table))
+		clickhouse.QuoteString(db.Database())+" AND table = "+clickhouse.QuoteString(table))
 	if err != nil {
 		return nil, fmt.Errorf("reading columns of %s: %w", table, err)
 	}
@@ -296,15 +302,15 @@ func columnTypes(ctx context.Context, db *DB, table string) (map[string]string, 
 // INSERTs running at once) and returns nil once ClickHouse acknowledged all
 // of them. A retried delivery inserts the same rows again;
 // ReplacingMergeTree collapses them.
-func (a *AccessLogs) Deliver(ctx context.Context, batches []*rtld.Batch) error {
+func (a *Sink) Deliver(ctx context.Context, batches []*accesslog.Batch) error {
 	return a.Prepare(batches).Deliver(ctx)
 }
 
 // Prepare converts the batches into columns now, when the table's columns
 // are known (after the first connect), so that the returned delivery only
-// sends them (rtld.Preparer: the worker converts the next group while
+// sends them (delivery.Preparer: the worker converts the next group while
 // ClickHouse is still inserting the current one).
-func (a *AccessLogs) Prepare(batches []*rtld.Batch) rtld.Prepared {
+func (a *Sink) Prepare(batches []*accesslog.Batch) delivery.Prepared {
 	p := &preparedInsert{a: a, groups: splitBatches(batches, a.cfg.Concurrency), version: uint64(time.Now().UnixNano())}
 	a.mu.Lock()
 	cols, gen := a.columns, a.gen
@@ -318,8 +324,8 @@ func (a *AccessLogs) Prepare(batches []*rtld.Batch) rtld.Prepared {
 // preparedInsert is one delivery: its groups of batches, each converted
 // into columns for the column layout of connect generation gen.
 type preparedInsert struct {
-	a       *AccessLogs
-	groups  [][]*rtld.Batch
+	a       *Sink
+	groups  [][]*accesslog.Batch
 	version uint64
 	gen     int
 	data    []*columnData
@@ -369,7 +375,7 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = db.InsertColumns(ctx, AccessLogsTable, names, data.slices())
+			errs[i] = db.InsertColumns(ctx, Table, names, data.slices())
 		}()
 	}
 	wg.Wait()
@@ -377,16 +383,16 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 }
 
 // splitBatches cuts batches into at most n runs of about equal record counts.
-func splitBatches(batches []*rtld.Batch, n int) [][]*rtld.Batch {
+func splitBatches(batches []*accesslog.Batch, n int) [][]*accesslog.Batch {
 	total := 0
 	for _, b := range batches {
 		total += len(b.Records)
 	}
 	if n <= 1 || len(batches) < 2 || total < 2000 {
-		return [][]*rtld.Batch{batches}
+		return [][]*accesslog.Batch{batches}
 	}
 	per := (total + n - 1) / n
-	var out [][]*rtld.Batch
+	var out [][]*accesslog.Batch
 	start, count := 0, 0
 	for i, b := range batches {
 		count += len(b.Records)
@@ -402,7 +408,7 @@ func splitBatches(batches []*rtld.Batch, n int) [][]*rtld.Batch {
 }
 
 // Close closes the connection.
-func (a *AccessLogs) Close() error {
+func (a *Sink) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.db == nil {
@@ -466,10 +472,10 @@ func (d *columnData) slices() []any {
 type columnIndex map[string]int
 
 // buildColumns converts the records into typed columns. Each record's
-// members are walked once (rtld.EachMember); string values without escapes
+// members are walked once (accesslog.EachMember); string values without escapes
 // are substrings of one string copy of the record, so a record costs one
 // allocation, not one per field.
-func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *columnData {
+func buildColumns(batches []*accesslog.Batch, cols []accessColumn, version uint64) *columnData {
 	n := 0
 	for _, b := range batches {
 		n += len(b.Records)
@@ -488,7 +494,7 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *c
 	for i, c := range cols {
 		byName[c.name] = i
 		switch {
-		case c.field.Type == logfield.Timestamp:
+		case c.field.Type == accesslog.TypeTimestamp:
 			d.kind[i] = kindTime
 			d.times[i] = make([]time.Time, 0, n)
 			if c.fraction != "" {
@@ -525,7 +531,7 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *c
 			}
 			var uuid json.RawMessage
 			pos := 0
-			err := rtld.EachMember(raw, func(key []byte, escaped bool, v []byte) {
+			err := accesslog.EachMember(raw, func(key []byte, escaped bool, v []byte) {
 				// Records of a batch list their fields in the same order:
 				// try the column the previous record had at this position
 				// before hashing the key.
@@ -547,7 +553,7 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *c
 					}
 				}
 				if escaped || !ok {
-					code := rtld.UnescapeKey(key, escaped)
+					code := accesslog.UnescapeKey(key, escaped)
 					if i, ok = byName[code]; !ok {
 						if code == "environment_id" && jsonString(v) == b.EnvironmentID {
 							return
@@ -592,7 +598,7 @@ func buildColumns(batches []*rtld.Batch, cols []accessColumn, version uint64) *c
 			} else {
 				d.agent = append(d.agent, "")
 				d.datestamp = append(d.datestamp, "")
-				d.seq = append(d.seq, rtld.NoSeqNum)
+				d.seq = append(d.seq, accesslog.NoSeqNum)
 				if u := jsonString(uuid); u != "" {
 					d.recordKey = append(d.recordKey, "uuid:"+u)
 					d.index = append(d.index, 0)

@@ -1,4 +1,10 @@
-package clickhouse
+// Package metrictables is the exporter's ClickHouse sink: one table per
+// metrics dataset, named as the dataset, written idempotently. Every table is
+// a ReplacingMergeTree versioned by insert time, so a bucket written again
+// (a revision, a retry, a restart) collapses to its newest row under
+// `SELECT … FINAL`, and INSERTs name their columns so that tables extended
+// later still accept older writers.
+package metrictables
 
 import (
 	"context"
@@ -16,6 +22,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/schedule"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 )
 
 // SinkConfig configures the exporter's metrics sink.
@@ -77,7 +84,7 @@ type Sink struct {
 	cancelAll context.CancelFunc
 
 	dbMu sync.Mutex
-	db   *DB
+	db   *clickhouse.DB
 	// lastDialErr and lastDialAt make callers fail fast for a moment after
 	// a failed connect, so that Resume calls of many datasets do not each
 	// wait for a dial timeout while ClickHouse is down.
@@ -254,8 +261,8 @@ func (s *Sink) Write(ctx context.Context, b *schedule.Batch) (int, error) {
 		return 0, err
 	}
 	if err := s.writeBlock(ctx, db, blk); err != nil {
-		s.metrics.insertErrors.WithLabelValues(blk.dataset, errorClass(ErrorCode(err))).Inc()
-		if ErrorCode(err) != 0 {
+		s.metrics.insertErrors.WithLabelValues(blk.dataset, clickhouse.ErrorClass(err)).Inc()
+		if clickhouse.ErrorCode(err) != 0 {
 			s.forgetTable(blk.dataset)
 		}
 		return 0, err
@@ -401,9 +408,9 @@ func (s *Sink) writeAll(items []*block) []*block {
 		merged := mergeBlocks(g)
 		if err := s.writeBlock(s.writeCtx, db, merged); err != nil {
 			s.metrics.up.Set(0)
-			code := ErrorCode(err)
-			s.metrics.insertErrors.WithLabelValues(merged.dataset, errorClass(code)).Inc()
-			if code != 0 && !retriableCode(code) {
+			code := clickhouse.ErrorCode(err)
+			s.metrics.insertErrors.WithLabelValues(merged.dataset, clickhouse.ErrorClassOf(code)).Inc()
+			if code != 0 && !clickhouse.RetriableCode(code) {
 				// The server rejected the data itself: forget what we know
 				// about the table (it may have changed) and give up on the
 				// rows after a few attempts rather than blocking the queue.
@@ -427,7 +434,7 @@ func (s *Sink) writeAll(items []*block) []*block {
 	return failed
 }
 
-func (s *Sink) writeBlock(ctx context.Context, db *DB, b *block) error {
+func (s *Sink) writeBlock(ctx context.Context, db *clickhouse.DB, b *block) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.InsertTimeout)
 	defer cancel()
 	if err := s.ensureTable(ctx, db, b.ds, b.cols); err != nil {
@@ -440,7 +447,7 @@ func (s *Sink) writeBlock(ctx context.Context, db *DB, b *block) error {
 }
 
 // connect returns the open connection, opening one if needed.
-func (s *Sink) connect(ctx context.Context) (*DB, error) {
+func (s *Sink) connect(ctx context.Context) (*clickhouse.DB, error) {
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
 	if s.db != nil {
@@ -451,11 +458,11 @@ func (s *Sink) connect(ctx context.Context) (*DB, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	opts := []Option{WithLogger(s.log)}
+	opts := []clickhouse.Option{clickhouse.WithLogger(s.log)}
 	if s.cfg.Password != "" {
-		opts = append(opts, WithPassword(s.cfg.Password))
+		opts = append(opts, clickhouse.WithPassword(s.cfg.Password))
 	}
-	db, err := Open(ctx, s.cfg.DSN, opts...)
+	db, err := clickhouse.Open(ctx, s.cfg.DSN, opts...)
 	if err != nil {
 		s.lastDialErr, s.lastDialAt = err, time.Now()
 		return nil, err
@@ -471,9 +478,9 @@ func (s *Sink) connect(ctx context.Context) (*DB, error) {
 }
 
 // DB returns the sink's connection, opening it if needed.
-func (s *Sink) DB(ctx context.Context) (*DB, error) { return s.connect(ctx) }
+func (s *Sink) DB(ctx context.Context) (*clickhouse.DB, error) { return s.connect(ctx) }
 
-func (s *Sink) schemaOptions(db *DB) SchemaOptions {
+func (s *Sink) schemaOptions(db *clickhouse.DB) SchemaOptions {
 	return SchemaOptions{Version: db.Version(), Database: db.Database(), Retention: s.cfg.Retention, Cluster: s.cfg.Cluster}
 }
 
@@ -493,7 +500,7 @@ func (s *Sink) EnsureTable(ctx context.Context, ds *metricsapi.Dataset) error {
 	return s.ensureTable(ctx, db, ds, MetricsColumns(ds, nil, nil))
 }
 
-func (s *Sink) ensureTable(ctx context.Context, db *DB, ds *metricsapi.Dataset, cols []Column) error {
+func (s *Sink) ensureTable(ctx context.Context, db *clickhouse.DB, ds *metricsapi.Dataset, cols []Column) error {
 	s.tablesMu.Lock()
 	defer s.tablesMu.Unlock()
 	st := s.tables[ds.Name]
@@ -576,8 +583,8 @@ func withExtra(cols, extra []Column) []Column {
 
 // tableColumns reads a table's column names and sorting key; nil columns
 // when the table does not exist.
-func tableColumns(ctx context.Context, db *DB, table string) (map[string]bool, []string, error) {
-	rows, err := db.Conn().Query(ctx, "SELECT name FROM system.columns WHERE database = "+QuoteString(db.Database())+" AND table = "+QuoteString(table))
+func tableColumns(ctx context.Context, db *clickhouse.DB, table string) (map[string]bool, []string, error) {
+	rows, err := db.Conn().Query(ctx, "SELECT name FROM system.columns WHERE database = "+clickhouse.QuoteString(db.Database())+" AND table = "+clickhouse.QuoteString(table))
 	if err != nil {
 		return nil, nil, fmt.Errorf("read columns of %s: %w", table, err)
 	}
@@ -597,7 +604,7 @@ func tableColumns(ctx context.Context, db *DB, table string) (map[string]bool, [
 		return nil, nil, nil
 	}
 	var key string
-	if err := db.Conn().QueryRow(ctx, "SELECT sorting_key FROM system.tables WHERE database = "+QuoteString(db.Database())+" AND name = "+QuoteString(table)).Scan(&key); err != nil {
+	if err := db.Conn().QueryRow(ctx, "SELECT sorting_key FROM system.tables WHERE database = "+clickhouse.QuoteString(db.Database())+" AND name = "+clickhouse.QuoteString(table)).Scan(&key); err != nil {
 		return nil, nil, fmt.Errorf("read sorting key of %s: %w", table, err)
 	}
 	var keyCols []string
@@ -629,11 +636,11 @@ func (s *Sink) Resume(ctx context.Context, dataset string, g metricsapi.Granular
 	if err != nil {
 		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
 	}
-	where := " FROM " + db.Table(dataset) + " WHERE " + QuoteIdent(ColumnGranularity) + " = " + QuoteString(string(g))
+	where := " FROM " + db.Table(dataset) + " WHERE " + clickhouse.QuoteIdent(ColumnGranularity) + " = " + clickhouse.QuoteString(string(g))
 	var newest time.Time
 	var n uint64
-	if err := db.Conn().QueryRow(ctx, "SELECT count(), max("+QuoteIdent(ColumnTime)+")"+where).Scan(&n, &newest); err != nil {
-		if ErrorCode(err) == 60 { // UNKNOWN_TABLE: nothing stored yet
+	if err := db.Conn().QueryRow(ctx, "SELECT count(), max("+clickhouse.QuoteIdent(ColumnTime)+")"+where).Scan(&n, &newest); err != nil {
+		if clickhouse.ErrorCode(err) == 60 { // UNKNOWN_TABLE: nothing stored yet
 			return out, nil
 		}
 		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
@@ -643,11 +650,11 @@ func (s *Sink) Resume(ctx context.Context, dataset string, g metricsapi.Granular
 	}
 	quoted := make([]string, len(envs))
 	for i, e := range envs {
-		quoted[i] = QuoteString(e)
+		quoted[i] = clickhouse.QuoteString(e)
 	}
-	rows, err := db.Conn().Query(ctx, "SELECT "+QuoteIdent(ColumnEnvironment)+", max("+QuoteIdent(ColumnTime)+")"+where+
-		" AND "+QuoteIdent(ColumnEnvironment)+" IN ("+strings.Join(quoted, ", ")+")"+
-		" GROUP BY "+QuoteIdent(ColumnEnvironment))
+	rows, err := db.Conn().Query(ctx, "SELECT "+clickhouse.QuoteIdent(ColumnEnvironment)+", max("+clickhouse.QuoteIdent(ColumnTime)+")"+where+
+		" AND "+clickhouse.QuoteIdent(ColumnEnvironment)+" IN ("+strings.Join(quoted, ", ")+")"+
+		" GROUP BY "+clickhouse.QuoteIdent(ColumnEnvironment))
 	if err != nil {
 		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
 	}
@@ -686,30 +693,6 @@ func (s *Sink) Resume(ctx context.Context, dataset string, g metricsapi.Granular
 			"resume", floor.Format(time.RFC3339))
 	}
 	return out, nil
-}
-
-// retriableCode reports whether a server exception is worth retrying as is
-// (overload, memory, timeouts), as opposed to a rejection of the data.
-func retriableCode(code int32) bool {
-	switch code {
-	case 159, 160, 164, 201, 202, 203, 209, 210, 241, 242, 252, 285, 319, 425, 999:
-		// TIMEOUT_EXCEEDED, TOO_SLOW, READONLY, QUOTA_EXPIRED, TOO_MANY_SIMULTANEOUS_QUERIES,
-		// NO_FREE_CONNECTION, SOCKET_TIMEOUT, NETWORK_ERROR, MEMORY_LIMIT_EXCEEDED,
-		// TABLE_IS_READ_ONLY, TOO_MANY_PARTS, TOO_FEW_LIVE_REPLICAS, UNKNOWN_STATUS_OF_INSERT,
-		// SYSTEM_ERROR, KEEPER_EXCEPTION
-		return true
-	}
-	return false
-}
-
-func errorClass(code int32) string {
-	if code == 0 {
-		return "connection"
-	}
-	if retriableCode(code) {
-		return "server_busy"
-	}
-	return "rejected"
 }
 
 func columnNames(cols []Column) []string {
@@ -935,7 +918,7 @@ func parseTime(s string) (time.Time, error) {
 // parseDSN checks a DSN without connecting.
 func parseDSN(dsn string) (string, error) {
 	if !strings.HasPrefix(dsn, "clickhouse://") && !strings.HasPrefix(dsn, "tcp://") {
-		return "", fmt.Errorf("ClickHouse DSN %s: want clickhouse://host:9000/database", RedactDSN(dsn))
+		return "", fmt.Errorf("ClickHouse DSN %s: want clickhouse://host:9000/database", clickhouse.RedactDSN(dsn))
 	}
 	return dsn, nil
 }

@@ -1,4 +1,4 @@
-package clickhouse
+package logtable
 
 import (
 	"encoding/json"
@@ -7,20 +7,20 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/edgepipe/edgepipe/internal/rtld"
-	"github.com/edgepipe/edgepipe/internal/rtld/logfield"
+	"github.com/edgepipe/edgepipe/internal/accesslog"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 )
 
 // BenchmarkBuildColumns measures the conversion of 500-record batches with
 // every catalogue field into typed columns (the receiver's CPU per record
 // on the ClickHouse path, without the server).
 func BenchmarkBuildColumns(b *testing.B) {
-	fields := logfield.All()
-	cols := accessColumns(Version{}, fields, nil)
-	var batches []*rtld.Batch
+	fields := accesslog.Fields()
+	cols := accessColumns(clickhouse.Version{}, fields, nil)
+	var batches []*accesslog.Batch
 	bytes := 0
 	for n := 0; n < 4; n++ {
-		batch := &rtld.Batch{EnvironmentID: "env", Format: rtld.FormatJSON, AgentID: "agent", Datestamp: "20261123", SeqNum: int64(n), ProfileID: "1"}
+		batch := &accesslog.Batch{EnvironmentID: "env", Format: accesslog.FormatJSON, AgentID: "agent", Datestamp: "20261123", SeqNum: int64(n), ProfileID: "1"}
 		for j := 0; j < 500; j++ {
 			var sb strings.Builder
 			sb.WriteByte('{')
@@ -30,11 +30,11 @@ func BenchmarkBuildColumns(b *testing.B) {
 				}
 				sb.WriteString(strconv.Quote(f.Code) + ":")
 				switch f.Type {
-				case logfield.Timestamp:
+				case accesslog.TypeTimestamp:
 					fmt.Fprintf(&sb, "%d.%06d", 1763856000+j, j)
-				case logfield.Integer:
+				case accesslog.TypeInteger:
 					sb.WriteString(strconv.Itoa(j * k))
-				case logfield.Float:
+				case accesslog.TypeFloat:
 					sb.WriteString(strconv.FormatFloat(float64(j)/7, 'f', 6, 64))
 				default:
 					fmt.Fprintf(&sb, `"%s-%d"`, f.Code, j%50)

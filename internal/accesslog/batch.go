@@ -1,8 +1,12 @@
-// Package rtld is edgepipe's real-time log delivery receiver: the ingest
-// source that accepts the platform's access-log batches, the gap detector, and
-// the delivery workers that move spooled batches into the sinks (Kafka,
-// ClickHouse) with end-to-end acknowledgement.
-package rtld
+// Package accesslog holds the receiver's data types, shared by ingest, the
+// spool's readers, the sinks and the platform simulator: a decoded
+// access-log Batch, its decoder for the platform's three JSON formats, its
+// compact spool encoding, an allocation-free scanner of record objects, and
+// the catalogue of log-field codes with their value types. It is a leaf: it
+// imports nothing of edgepipe, so a sink depends on it without depending on
+// the HTTP ingest, and the exporter (whose --simulate links the simulator)
+// links no receiver code.
+package accesslog
 
 import (
 	"bufio"
@@ -66,7 +70,7 @@ func (b *Batch) RecordBytes() int {
 	return n
 }
 
-// DecodeError is returned by DecodeBatch for input that is not a valid batch.
+// DecodeError is returned by Decode for input that is not a valid batch.
 // Offset is the byte offset in the decoded (gunzipped) body where the problem
 // was found; Line is its 1-based line number when known (0 otherwise).
 type DecodeError struct {
@@ -143,25 +147,25 @@ func (c *lineCounter) lineAt(off int64) int {
 	return c.lines - after + 1
 }
 
-// DecodeBatch decodes one delivery body (already gunzipped) for environment
+// Decode decodes one delivery body (already gunzipped) for environment
 // env. The format is detected from the shape: an object with a "logs" member
 // is json, an array is json_array, and a stream of objects is json_lines.
 // Errors from r (for example a size limit) are returned wrapped, so callers
 // can test them with errors.Is; every other problem is a *DecodeError. The
 // whole body is read first (bound r's size), and the records alias it.
-func DecodeBatch(env string, r io.Reader) (*Batch, error) {
+func Decode(env string, r io.Reader) (*Batch, error) {
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(r); err != nil {
 		return nil, fmt.Errorf("reading batch: %w", err)
 	}
-	return DecodeBatchBytes(env, buf.Bytes())
+	return DecodeBytes(env, buf.Bytes())
 }
 
-// DecodeBatchBytes is DecodeBatch for a body in memory; the records alias
+// DecodeBytes is Decode for a body in memory; the records alias
 // body. Valid input takes a fast path (one validating scan, then an
 // allocation-free split); invalid input is decoded again by a streaming
 // decoder that names the line and offset of the problem.
-func DecodeBatchBytes(env string, body []byte) (*Batch, error) {
+func DecodeBytes(env string, body []byte) (*Batch, error) {
 	if b, ok := decodeFast(env, body); ok {
 		return b, nil
 	}

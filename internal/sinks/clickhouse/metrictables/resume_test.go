@@ -1,4 +1,4 @@
-package clickhouse_test
+package metrictables_test
 
 import (
 	"context"
@@ -9,12 +9,12 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/schedule"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
-var _ schedule.ResumeSource = (*chsink.Sink)(nil)
-var _ schedule.Publisher = (*chsink.Sink)(nil)
+var _ schedule.ResumeSource = (*metrictables.Sink)(nil)
+var _ schedule.Publisher = (*metrictables.Sink)(nil)
 
 // TestResumePoints: newest stored bucket per environment; the table's newest
 // for an environment without rows; bounded by MaxBackfill; nothing for a
@@ -22,7 +22,7 @@ var _ schedule.Publisher = (*chsink.Sink)(nil)
 func TestResumePoints(t *testing.T) {
 	ch := testenv.ClickHouse(t)
 	now := time.Date(2026, 11, 20, 12, 7, 0, 0, time.UTC)
-	sink, err := chsink.NewSink(chsink.SinkConfig{DSN: ch.DSN("resume"), Logger: testLogger(t),
+	sink, err := metrictables.NewSink(metrictables.SinkConfig{DSN: ch.DSN("resume"), Logger: testLogger(t),
 		Now: func() time.Time { return now }, MaxBackfill: 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +83,7 @@ func TestResumePoints(t *testing.T) {
 // new column; old rows keep theirs and new rows fill it.
 func TestNewMetricAddsColumn(t *testing.T) {
 	ch := testenv.ClickHouse(t)
-	sink, err := chsink.NewSink(chsink.SinkConfig{DSN: ch.DSN("migrate"), Logger: testLogger(t)})
+	sink, err := metrictables.NewSink(metrictables.SinkConfig{DSN: ch.DSN("migrate"), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package clickhouse
+package metrictables
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 )
 
 // Well-known columns of every metrics table besides the dataset's dimensions
@@ -25,7 +26,7 @@ const (
 type SchemaOptions struct {
 	// Version is the server's version; newer features (LowCardinality, TTL,
 	// codecs) are used only where it has them.
-	Version Version
+	Version clickhouse.Version
 	// Database is the database the tables live in.
 	Database string
 	// Retention, when positive and the server supports TTL, drops rows whose
@@ -60,7 +61,7 @@ type Column struct {
 // Type returns the column's ClickHouse type, with a codec where the server
 // supports one. It is the same on every version apart from LowCardinality
 // and codecs, which do not change what readers see.
-func (c Column) Type(v Version) string {
+func (c Column) Type(v clickhouse.Version) string {
 	var t, codec string
 	switch c.Kind {
 	case KindString:
@@ -164,11 +165,11 @@ func (o SchemaOptions) onCluster() string {
 	if o.Cluster == "" {
 		return ""
 	}
-	return " ON CLUSTER " + QuoteIdent(o.Cluster)
+	return " ON CLUSTER " + clickhouse.QuoteIdent(o.Cluster)
 }
 
 func (o SchemaOptions) qualified(table string) string {
-	return QuoteIdent(o.Database) + "." + QuoteIdent(table)
+	return clickhouse.QuoteIdent(o.Database) + "." + clickhouse.QuoteIdent(table)
 }
 
 // CreateTableDDL returns the statements that create dataset's table with
@@ -184,7 +185,7 @@ func CreateTableDDL(dataset string, cols []Column, o SchemaOptions) []string {
 	b.WriteString("\n(\n")
 	for i, c := range cols {
 		b.WriteString("    ")
-		b.WriteString(QuoteIdent(c.Name))
+		b.WriteString(clickhouse.QuoteIdent(c.Name))
 		b.WriteByte(' ')
 		b.WriteString(c.Type(o.Version))
 		if i < len(cols)-1 {
@@ -195,14 +196,14 @@ func CreateTableDDL(dataset string, cols []Column, o SchemaOptions) []string {
 	b.WriteString(")\n")
 	if o.Cluster != "" {
 		fmt.Fprintf(&b, "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/%s/%s', '{replica}', %s)\n",
-			escapeLiteral(o.Database), escapeLiteral(local), QuoteIdent(ColumnVersion))
+			escapeLiteral(o.Database), escapeLiteral(local), clickhouse.QuoteIdent(ColumnVersion))
 	} else {
-		fmt.Fprintf(&b, "ENGINE = ReplacingMergeTree(%s)\n", QuoteIdent(ColumnVersion))
+		fmt.Fprintf(&b, "ENGINE = ReplacingMergeTree(%s)\n", clickhouse.QuoteIdent(ColumnVersion))
 	}
-	fmt.Fprintf(&b, "PARTITION BY toYYYYMM(%s)\n", QuoteIdent(ColumnTime))
+	fmt.Fprintf(&b, "PARTITION BY toYYYYMM(%s)\n", clickhouse.QuoteIdent(ColumnTime))
 	key := sortingKey(cols)
 	for i, k := range key {
-		key[i] = QuoteIdent(k)
+		key[i] = clickhouse.QuoteIdent(k)
 	}
 	fmt.Fprintf(&b, "ORDER BY (%s)", strings.Join(key, ", "))
 	if ttl := o.ttl(); ttl != "" {
@@ -212,7 +213,7 @@ func CreateTableDDL(dataset string, cols []Column, o SchemaOptions) []string {
 	if o.Cluster != "" {
 		stmts = append(stmts, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s%s AS %s\nENGINE = Distributed(%s, %s, %s, cityHash64(%s))",
 			o.qualified(dataset), o.onCluster(), o.qualified(local),
-			QuoteString(o.Cluster), QuoteString(o.Database), QuoteString(local), QuoteIdent(ColumnEnvironment)))
+			clickhouse.QuoteString(o.Cluster), clickhouse.QuoteString(o.Database), clickhouse.QuoteString(local), clickhouse.QuoteIdent(ColumnEnvironment)))
 	}
 	return stmts
 }
@@ -223,7 +224,7 @@ func (o SchemaOptions) ttl() string {
 	if o.Retention <= 0 || !o.Version.HasTTL() {
 		return ""
 	}
-	return fmt.Sprintf("TTL %s + INTERVAL %d SECOND", QuoteIdent(ColumnTime), int64(o.Retention/time.Second))
+	return fmt.Sprintf("TTL %s + INTERVAL %d SECOND", clickhouse.QuoteIdent(ColumnTime), int64(o.Retention/time.Second))
 }
 
 // RetentionDDL returns the statement that sets (or, with no retention,
@@ -250,7 +251,7 @@ func AddColumnsDDL(dataset string, missing []Column, existingKey []string, o Sch
 	newKey := append([]string(nil), existingKey...)
 	keyChanged := false
 	for _, c := range missing {
-		adds = append(adds, "ADD COLUMN "+QuoteIdent(c.Name)+" "+c.Type(o.Version))
+		adds = append(adds, "ADD COLUMN "+clickhouse.QuoteIdent(c.Name)+" "+c.Type(o.Version))
 		if c.Key {
 			newKey = append(newKey, c.Name)
 			keyChanged = true
@@ -260,7 +261,7 @@ func AddColumnsDDL(dataset string, missing []Column, existingKey []string, o Sch
 	if keyChanged {
 		q := make([]string, len(newKey))
 		for i, k := range newKey {
-			q[i] = QuoteIdent(k)
+			q[i] = clickhouse.QuoteIdent(k)
 		}
 		local = append(append([]string(nil), adds...), "MODIFY ORDER BY ("+strings.Join(q, ", ")+")")
 	}
@@ -272,6 +273,6 @@ func AddColumnsDDL(dataset string, missing []Column, existingKey []string, o Sch
 }
 
 func escapeLiteral(s string) string {
-	q := QuoteString(s)
+	q := clickhouse.QuoteString(s)
 	return q[1 : len(q)-1]
 }

@@ -1,4 +1,4 @@
-package clickhouse_test
+package metrictables_test
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/schedule"
-	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
-	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/chtest"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables/chtest"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -41,7 +41,7 @@ func BenchmarkInsertEdgeUsageByCountry(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sink, err := chsink.NewSink(chsink.SinkConfig{DSN: ch.DSN("bench"), Logger: testLogger(b)})
+	sink, err := metrictables.NewSink(metrictables.SinkConfig{DSN: ch.DSN("bench"), Logger: testLogger(b)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package logfield
+package accesslog
 
 import (
 	"regexp"
@@ -6,7 +6,7 @@ import (
 )
 
 func TestCatalogue(t *testing.T) {
-	all := All()
+	all := Fields()
 	if len(all) < 60 {
 		t.Fatalf("catalogue has %d fields, want about 70", len(all))
 	}
@@ -21,31 +21,31 @@ func TestCatalogue(t *testing.T) {
 			t.Errorf("bad field %+v", f)
 		}
 		switch f.Type {
-		case String, Integer, Float, Timestamp:
+		case TypeString, TypeInteger, TypeFloat, TypeTimestamp:
 		default:
 			t.Errorf("field %q has type %q", f.Code, f.Type)
 		}
-		if IsCustom(f.Code) {
+		if IsCustomField(f.Code) {
 			t.Errorf("catalogued code %q collides with a custom-field prefix", f.Code)
 		}
 	}
 	// Every code the platform notes name, with the type the notes give.
-	notes := map[string]Type{
-		"timestamp": Timestamp, "status_code": Integer, "client_ip": String, "host": String,
-		"path": String, "query": String, "method": String, "user_agent": String,
-		"referer": String, "bytes_in": Integer, "bytes_out": Integer, "cache_status": String,
-		"pop": String, "client_country_code": String, "client_asn": Integer,
-		"origin_name": String, "total_time": Float, "uuid": String,
+	notes := map[string]FieldType{
+		"timestamp": TypeTimestamp, "status_code": TypeInteger, "client_ip": TypeString, "host": TypeString,
+		"path": TypeString, "query": TypeString, "method": TypeString, "user_agent": TypeString,
+		"referer": TypeString, "bytes_in": TypeInteger, "bytes_out": TypeInteger, "cache_status": TypeString,
+		"pop": TypeString, "client_country_code": TypeString, "client_asn": TypeInteger,
+		"origin_name": TypeString, "total_time": TypeFloat, "uuid": TypeString,
 	}
 	for code, want := range notes {
-		got, ok := TypeOf(code)
+		got, ok := FieldTypeOf(code)
 		if !ok || got != want {
-			t.Errorf("TypeOf(%q) = %q, %v; want %q", code, got, ok, want)
+			t.Errorf("FieldTypeOf(%q) = %q, %v; want %q", code, got, ok, want)
 		}
 	}
 	all[0].Code = "mutated"
-	if All()[0].Code == "mutated" {
-		t.Error("All returned the shared catalogue")
+	if Fields()[0].Code == "mutated" {
+		t.Error("Fields returned the shared catalogue")
 	}
 }
 
@@ -61,11 +61,11 @@ func TestCustomFields(t *testing.T) {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)
 		}
-		if typ, ok := TypeOf(tt.got); !ok || typ != String {
-			t.Errorf("TypeOf(%q) = %q, %v", tt.got, typ, ok)
+		if typ, ok := FieldTypeOf(tt.got); !ok || typ != TypeString {
+			t.Errorf("FieldTypeOf(%q) = %q, %v", tt.got, typ, ok)
 		}
 	}
-	if _, ok := TypeOf("no_such_field"); ok {
+	if _, ok := FieldTypeOf("no_such_field"); ok {
 		t.Error("unknown code reported as typed")
 	}
 }

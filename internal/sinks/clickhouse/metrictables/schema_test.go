@@ -1,4 +1,4 @@
-package clickhouse
+package metrictables
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 )
 
 // testDataset is edge_errors with one gauge added, so every column kind
@@ -26,45 +27,6 @@ func testDataset() *metricsapi.Dataset {
 	}
 }
 
-func TestParseVersion(t *testing.T) {
-	for _, tc := range []struct {
-		in                         string
-		want                       Version
-		lowCard, ttl, codecs, dt64 bool
-		wantErr                    bool
-	}{
-		{in: "18.16.1", want: Version{18, 16, 1, 0}},
-		{in: "19.1.7", want: Version{19, 1, 7, 0}},
-		{in: "19.6.2.11", want: Version{19, 6, 2, 11}, lowCard: true, ttl: true},
-		{in: "24.8.4.13", want: Version{24, 8, 4, 13}, lowCard: true, ttl: true, codecs: true, dt64: true},
-		{in: "23.3.1.2823-lts", want: Version{23, 3, 1, 2823}, lowCard: true, ttl: true, codecs: true, dt64: true},
-		{in: " 20.1 ", want: Version{20, 1, 0, 0}, lowCard: true, ttl: true, codecs: true, dt64: true},
-		{in: "", wantErr: true},
-		{in: "18", wantErr: true},
-		{in: "x.1.2", wantErr: true},
-		{in: "1.2.3.4.5", wantErr: true},
-	} {
-		v, err := ParseVersion(tc.in)
-		if tc.wantErr {
-			if err == nil {
-				t.Errorf("ParseVersion(%q) = %v, want error", tc.in, v)
-			}
-			continue
-		}
-		if err != nil || v != tc.want {
-			t.Errorf("ParseVersion(%q) = %v, %v; want %v", tc.in, v, err, tc.want)
-			continue
-		}
-		if v.HasLowCardinality() != tc.lowCard || v.HasTTL() != tc.ttl || v.HasCodecs() != tc.codecs || v.HasDateTime64() != tc.dt64 {
-			t.Errorf("%v: lowcard/ttl/codecs/dt64 = %v/%v/%v/%v, want %v/%v/%v/%v", v,
-				v.HasLowCardinality(), v.HasTTL(), v.HasCodecs(), v.HasDateTime64(), tc.lowCard, tc.ttl, tc.codecs, tc.dt64)
-		}
-	}
-	if MustParseVersion("18.16.1").Compare(MustParseVersion("18.16.1.1")) != -1 {
-		t.Error("18.16.1 should sort before 18.16.1.1")
-	}
-}
-
 func TestCreateTableDDL(t *testing.T) {
 	ds := testDataset()
 	cols := MetricsColumns(ds, nil, nil)
@@ -75,7 +37,7 @@ func TestCreateTableDDL(t *testing.T) {
 	}{
 		{
 			name: "18.16 single server, retention ignored (no TTL)",
-			opts: SchemaOptions{Version: MustParseVersion("18.16.1"), Database: "cdn", Retention: 32 * 24 * time.Hour},
+			opts: SchemaOptions{Version: clickhouse.MustParseVersion("18.16.1"), Database: "cdn", Retention: 32 * 24 * time.Hour},
 			want: []string{"CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors`\n(\n" +
 				"    `time` DateTime('UTC'),\n" +
 				"    `granularity` String,\n" +
@@ -92,7 +54,7 @@ func TestCreateTableDDL(t *testing.T) {
 		},
 		{
 			name: "24.8 single server with retention",
-			opts: SchemaOptions{Version: MustParseVersion("24.8.4.13"), Database: "cdn", Retention: 32 * 24 * time.Hour},
+			opts: SchemaOptions{Version: clickhouse.MustParseVersion("24.8.4.13"), Database: "cdn", Retention: 32 * 24 * time.Hour},
 			want: []string{"CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors`\n(\n" +
 				"    `time` DateTime('UTC'),\n" +
 				"    `granularity` LowCardinality(String),\n" +
@@ -110,7 +72,7 @@ func TestCreateTableDDL(t *testing.T) {
 		},
 		{
 			name: "24.8 cluster without retention",
-			opts: SchemaOptions{Version: MustParseVersion("24.8.4.13"), Database: "cdn", Cluster: "prod"},
+			opts: SchemaOptions{Version: clickhouse.MustParseVersion("24.8.4.13"), Database: "cdn", Cluster: "prod"},
 			want: []string{"CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors_local` ON CLUSTER `prod`\n(\n" +
 				"    `time` DateTime('UTC'),\n" +
 				"    `granularity` LowCardinality(String),\n" +
@@ -141,8 +103,8 @@ func TestAddColumnsDDL(t *testing.T) {
 	key := []string{"granularity", "environment_id", "country_code", "time"}
 	metric := Column{Name: "requests_new_total", Kind: KindUInt64}
 	dim := Column{Name: "http_method", Kind: KindString, Key: true}
-	old := SchemaOptions{Version: MustParseVersion("18.16.1"), Database: "cdn"}
-	cur := SchemaOptions{Version: MustParseVersion("24.8.4.13"), Database: "cdn", Cluster: "prod"}
+	old := SchemaOptions{Version: clickhouse.MustParseVersion("18.16.1"), Database: "cdn"}
+	cur := SchemaOptions{Version: clickhouse.MustParseVersion("24.8.4.13"), Database: "cdn", Cluster: "prod"}
 	for _, tc := range []struct {
 		name    string
 		missing []Column
@@ -180,7 +142,7 @@ func TestRetentionDDL(t *testing.T) {
 		{"24.8.1", 0, ""},
 		{"24.8.1", time.Hour, "ALTER TABLE `cdn`.`edge_usage_by_country` MODIFY TTL `time` + INTERVAL 3600 SECOND"},
 	} {
-		got := RetentionDDL("edge_usage_by_country", SchemaOptions{Version: MustParseVersion(tc.v), Database: "cdn", Retention: tc.ret})
+		got := RetentionDDL("edge_usage_by_country", SchemaOptions{Version: clickhouse.MustParseVersion(tc.v), Database: "cdn", Retention: tc.ret})
 		if got != tc.want {
 			t.Errorf("%s retention %v: got %q, want %q", tc.v, tc.ret, got, tc.want)
 		}
@@ -188,16 +150,16 @@ func TestRetentionDDL(t *testing.T) {
 }
 
 func TestQuoting(t *testing.T) {
-	if got := QuoteIdent("a`b\\c"); got != "`a\\`b\\\\c`" {
+	if got := clickhouse.QuoteIdent("a`b\\c"); got != "`a\\`b\\\\c`" {
 		t.Errorf("QuoteIdent = %s", got)
 	}
-	if got := QuoteString("it's"); got != `'it\'s'` {
+	if got := clickhouse.QuoteString("it's"); got != `'it\'s'` {
 		t.Errorf("QuoteString = %s", got)
 	}
-	if got := RedactDSN("clickhouse://u:secret@h:9000/db?x=1"); strings.Contains(got, "secret") {
+	if got := clickhouse.RedactDSN("clickhouse://u:secret@h:9000/db?x=1"); strings.Contains(got, "secret") {
 		t.Errorf("RedactDSN leaked the password: %s", got)
 	}
-	if got := RedactDSN("clickhouse://h:9000/db?password=secret"); strings.Contains(got, "secret") {
+	if got := clickhouse.RedactDSN("clickhouse://h:9000/db?password=secret"); strings.Contains(got, "secret") {
 		t.Errorf("RedactDSN leaked the password: %s", got)
 	}
 }

@@ -1,4 +1,4 @@
-package rtld
+package accesslog
 
 import (
 	"encoding/json"
@@ -53,9 +53,9 @@ func TestDecodeBatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// One byte at a time exercises every buffer boundary.
-			b, err := DecodeBatch("env", iotest.OneByteReader(strings.NewReader(tc.body)))
+			b, err := Decode("env", iotest.OneByteReader(strings.NewReader(tc.body)))
 			if err != nil {
-				t.Fatalf("DecodeBatch: %v", err)
+				t.Fatalf("Decode: %v", err)
 			}
 			var recs []string
 			for _, r := range b.Records {
@@ -68,9 +68,9 @@ func TestDecodeBatch(t *testing.T) {
 				t.Fatalf("records %q, want %q", recs, tc.records)
 			}
 			// The spool codec round-trips it.
-			back, err := UnmarshalBatch(MarshalBatch(b))
+			back, err := Unmarshal(Marshal(b))
 			if err != nil {
-				t.Fatalf("UnmarshalBatch: %v", err)
+				t.Fatalf("Unmarshal: %v", err)
 			}
 			if !reflect.DeepEqual(back, b) {
 				t.Fatalf("codec round trip: %+v != %+v", back, b)
@@ -99,7 +99,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"two envelopes", `{"logs":[{"a":1}]}{"logs":[{"a":1}]}`, 1, "unexpected"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeBatch("env", strings.NewReader(tc.body))
+			_, err := Decode("env", strings.NewReader(tc.body))
 			var de *DecodeError
 			if !errors.As(err, &de) {
 				t.Fatalf("error %v (%T) is not a *DecodeError", err, err)
@@ -117,7 +117,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 func TestDecodeBatchPassesReaderErrors(t *testing.T) {
 	boom := errors.New("limit reached")
 	r := io.MultiReader(strings.NewReader(`[{"a":1},{"b"`), iotest.ErrReader(boom))
-	_, err := DecodeBatch("env", r)
+	_, err := Decode("env", r)
 	if !errors.Is(err, boom) {
 		t.Fatalf("error %v does not wrap the reader's error", err)
 	}
@@ -128,9 +128,9 @@ func TestDecodeBatchPassesReaderErrors(t *testing.T) {
 }
 
 func TestUnmarshalBatchRejectsCorruptData(t *testing.T) {
-	good := MarshalBatch(&Batch{EnvironmentID: "e", Format: FormatJSONArray, SeqNum: NoSeqNum, Records: []json.RawMessage{[]byte(`{"a":1}`)}})
+	good := Marshal(&Batch{EnvironmentID: "e", Format: FormatJSONArray, SeqNum: NoSeqNum, Records: []json.RawMessage{[]byte(`{"a":1}`)}})
 	for i := 0; i < len(good); i++ {
-		if _, err := UnmarshalBatch(good[:i]); err == nil {
+		if _, err := Unmarshal(good[:i]); err == nil {
 			t.Fatalf("truncated to %d bytes: no error", i)
 		}
 	}

@@ -1,4 +1,4 @@
-package rtld
+package accesslog
 
 import (
 	"encoding/json"
