@@ -31,7 +31,8 @@ type ZooKeeperServer struct {
 	proc *process
 }
 
-// ZooKeeper jar locations of Debian's zookeeper package. zookeeper.jar's
+// Jars of Debian's zookeeper package (zookeeper.jar comes with its dependency
+// libzookeeper-java). zookeeper.jar's
 // manifest lists its dependencies (netty, jute, slf4j-api, ...);
 // slf4j-simple, from libslf4j-java which zookeeper depends on, sends the
 // server's log to stderr, i.e. the log file, instead of nowhere.
@@ -40,7 +41,7 @@ const (
 	zooKeeperLogJar = "/usr/share/java/slf4j-simple.jar"
 )
 
-// zooKeeperStartTimeout bounds one start (about 1.5s on an idle machine).
+// zooKeeperStartTimeout bounds one start (about 1s on an idle machine).
 const zooKeeperStartTimeout = 60 * time.Second
 
 // ZooKeeper starts a ZooKeeper server for the test and stops it (SIGKILL to

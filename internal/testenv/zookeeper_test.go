@@ -27,6 +27,14 @@ func TestZooKeeperFourLetterWords(t *testing.T) {
 			t.Errorf("%s: got %q, want it to contain %q", tc.cmd, out, tc.want)
 		}
 	}
+	zk.Stop()
+	if out, err := zk.Command(ctx, "ruok"); err == nil {
+		t.Fatalf("ZooKeeper answers %q after Stop", out)
+	}
+	zk.Start()
+	if out, err := zk.Command(ctx, "ruok"); err != nil || out != "imok" {
+		t.Fatalf("ruok after Stop and Start: %q, %v", out, err)
+	}
 }
 
 // znodeCount reads zk_znode_count from mntr.
