@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the integration tests need, only if missing (idempotent,
 # quick when everything is there):
-#   apt: clickhouse-server clickhouse-client prometheus kcat (Debian 12 packages)
+#   apt: clickhouse-server clickhouse-client prometheus kcat zookeeper (Debian 12
+#        packages; zookeeper is jars run with java, for the ClickHouse cluster tests)
 #   go:  helm (for `make helm-lint` and the chart tests)
 # The packages' own services are not started (policy-rc.d) and, if an
 # install started them anyway, stopped and disabled: tests start their own
@@ -28,6 +29,10 @@ for bin in clickhouse-server clickhouse-client prometheus promtool kcat; do
 		[[ " ${missing[*]:-} " == *" $pkg "* ]] || missing+=("$pkg")
 	fi
 done
+# ZooKeeper has no binary on PATH: internal/testenv runs its jar with java.
+zookeeper_jar=/usr/share/java/zookeeper.jar
+have_zookeeper() { [ -f "$zookeeper_jar" ] && have java; }
+have_zookeeper || missing+=(zookeeper)
 
 if ((${#missing[@]})); then
 	echo "deps: installing ${missing[*]}"
@@ -58,7 +63,7 @@ if ((${#missing[@]})); then
 	# stop and disable it: only packages installed just now are touched.
 	for pkg in "${missing[@]}"; do
 		case "$pkg" in
-		prometheus | clickhouse-server)
+		prometheus | clickhouse-server | zookeeper) # Debian 12's zookeeper has no unit; others' may
 			if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
 				"${SUDO[@]}" systemctl disable --now "$pkg.service" >/dev/null 2>&1 || true
 			elif command -v service >/dev/null 2>&1; then
@@ -70,8 +75,9 @@ if ((${#missing[@]})); then
 	for bin in clickhouse-server clickhouse-client prometheus promtool kcat; do
 		have "$bin" || { echo "deps: $bin still missing after apt-get install" >&2; exit 1; }
 	done
+	have_zookeeper || { echo "deps: $zookeeper_jar or java still missing after apt-get install" >&2; exit 1; }
 else
-	echo "deps: clickhouse-server clickhouse-client prometheus promtool kcat already installed"
+	echo "deps: clickhouse-server clickhouse-client prometheus promtool kcat zookeeper already installed"
 fi
 
 if ! have helm && [ ! -x "$($GO env GOPATH)/bin/helm" ]; then

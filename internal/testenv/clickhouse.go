@@ -43,13 +43,14 @@ import (
 //     float64. UUID, Nullable, Array, Enum8, ReplacingMergeTree(version) and
 //     SELECT ... FINAL work.
 type ClickHouseServer struct {
-	t       testing.TB
-	bin     string
-	args    []string // after the binary: "server"/"--config-file=…"
-	dir     string
-	tcpPort int
-	mu      sync.Mutex
-	proc    *process
+	t        testing.TB
+	bin      string
+	args     []string // after the binary: "server"/"--config-file=…"
+	dir      string
+	tcpPort  int
+	httpPort int
+	mu       sync.Mutex
+	proc     *process
 }
 
 // clickHouseStartTimeout bounds one start (a cold 18.16 start takes well under
@@ -60,6 +61,33 @@ const clickHouseStartTimeout = 60 * time.Second
 // its process group) on cleanup. It fails the test if the server does not
 // answer a native-protocol ping in time, showing the server's log.
 func ClickHouse(t testing.TB) *ClickHouseServer {
+	t.Helper()
+	ch := newClickHouseServer(t)
+	// A port found free may be taken before the server binds it: retry
+	// with fresh ports when the log says so.
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		if err = ch.pickPorts(); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		if err = ch.writeConfig(""); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		err = ch.start()
+		if err == nil {
+			return ch
+		}
+		if !addrInUse(ch.logs()) {
+			break
+		}
+	}
+	t.Fatalf("testenv: start clickhouse: %v\n--- clickhouse log (%s) ---\n%s", err, ch.dir, ch.logs())
+	return nil
+}
+
+// newClickHouseServer prepares a server's directory and users.xml, and
+// registers Kill as cleanup; pickPorts and writeConfig come next.
+func newClickHouseServer(t testing.TB) *ClickHouseServer {
 	t.Helper()
 	bin, args := clickHouseCommand(t)
 	dir := t.TempDir()
@@ -74,24 +102,7 @@ func ClickHouse(t testing.TB) *ClickHouseServer {
 	}
 	ch.args = append(args, "--config-file="+filepath.Join(dir, "config.xml"))
 	t.Cleanup(ch.Kill)
-
-	// A port found free may be taken before the server binds it: retry
-	// with fresh ports when the log says so.
-	var err error
-	for attempt := 0; attempt < 4; attempt++ {
-		if err = ch.configure(); err != nil {
-			t.Fatalf("testenv: %v", err)
-		}
-		err = ch.start()
-		if err == nil {
-			return ch
-		}
-		if !addrInUse(ch.logs()) {
-			break
-		}
-	}
-	t.Fatalf("testenv: start clickhouse: %v\n--- clickhouse log (%s) ---\n%s", err, dir, ch.logs())
-	return nil
+	return ch
 }
 
 // clickHouseCommand finds clickhouse-server, or the multi-call clickhouse
@@ -108,8 +119,8 @@ func clickHouseCommand(t testing.TB) (string, []string) {
 	return "", nil
 }
 
-// configure picks fresh ports and writes config.xml.
-func (ch *ClickHouseServer) configure() error {
+// pickPorts picks fresh native and HTTP ports.
+func (ch *ClickHouseServer) pickPorts() error {
 	tcp, err := freePort()
 	if err != nil {
 		return err
@@ -118,8 +129,15 @@ func (ch *ClickHouseServer) configure() error {
 	if err != nil {
 		return err
 	}
-	ch.tcpPort = tcp
-	cfg := fmt.Sprintf(clickHouseConfigXML, ch.dir, tcp, http)
+	ch.tcpPort, ch.httpPort = tcp, http
+	return nil
+}
+
+// writeConfig writes config.xml for the current ports; sections is added
+// inside <yandex> as is (a cluster node's interserver port, zookeeper,
+// remote_servers, macros and distributed_ddl).
+func (ch *ClickHouseServer) writeConfig(sections string) error {
+	cfg := fmt.Sprintf(clickHouseConfigXML, ch.dir, ch.tcpPort, ch.httpPort, sections)
 	if err := os.WriteFile(filepath.Join(ch.dir, "config.xml"), []byte(cfg), 0o644); err != nil {
 		return fmt.Errorf("write clickhouse config.xml: %w", err)
 	}
@@ -170,6 +188,11 @@ func (ch *ClickHouseServer) logs() string {
 // Addr returns host:port of the native protocol, e.g. "127.0.0.1:40123".
 func (ch *ClickHouseServer) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ch.tcpPort))
+}
+
+// HTTPAddr returns host:port of the HTTP interface, e.g. "127.0.0.1:40124".
+func (ch *ClickHouseServer) HTTPAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ch.httpPort))
 }
 
 // DSN returns a clickhouse-go DSN for database, e.g.
@@ -286,9 +309,9 @@ func (ch *ClickHouseServer) Running() bool {
 }
 
 // clickHouseConfigXML is the server config; %[1]s is the directory, %[2]d the
-// native port, %[3]d the HTTP port. No interserver port (nothing replicated),
-// small caches (tests run several servers on small machines), UTC, logs in
-// the directory.
+// native port, %[3]d the HTTP port, %[4]s further sections (empty for a
+// single server: no interserver port, no ZooKeeper). Small caches (tests run
+// several servers on small machines), UTC, logs in the directory.
 const clickHouseConfigXML = `<?xml version="1.0"?>
 <yandex>
     <logger>
@@ -318,7 +341,7 @@ const clickHouseConfigXML = `<?xml version="1.0"?>
     <builtin_dictionaries_reload_interval>3600</builtin_dictionaries_reload_interval>
     <max_session_timeout>3600</max_session_timeout>
     <default_session_timeout>60</default_session_timeout>
-</yandex>
+%[4]s</yandex>
 `
 
 // clickHouseUsersXML: user default without password from loopback, no quota

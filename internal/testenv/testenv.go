@@ -1,6 +1,8 @@
 // Package testenv starts the real services edgepipe's tests run against:
-// ClickHouse (Debian's clickhouse-server 18.16), a Kafka broker (kfake from
-// franz-go, checked with kcat/librdkafka) and Prometheus (Debian's 2.42).
+// ClickHouse (Debian's clickhouse-server 18.16), a replicated, sharded
+// ClickHouse cluster (ClickHouseCluster: several such servers and a ZooKeeper,
+// Debian's zookeeper 3.8 run with java), a Kafka broker (kfake from franz-go,
+// checked with kcat/librdkafka) and Prometheus (Debian's 2.42).
 //
 // Every helper takes a testing.TB, starts its service on free loopback ports
 // with its own configuration and data in t.TempDir(), waits until the service
