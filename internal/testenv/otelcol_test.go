@@ -133,7 +133,9 @@ func TestOTelCollectorConfig(t *testing.T) {
 						Metrics struct {
 							Level   string
 							Readers []struct {
-								Pull struct{ Exporter struct{ Prometheus map[string]any } }
+								Pull struct {
+									Exporter struct{ Prometheus map[string]any }
+								}
 							}
 						}
 					}
