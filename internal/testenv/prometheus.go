@@ -69,16 +69,16 @@ type PrometheusOptions struct {
 	Jobs []ScrapeJob
 	// RemoteWriteReceiver starts Prometheus with
 	// --web.enable-remote-write-receiver: it accepts remote-write requests
-	// at RemoteWriteURL. Prometheus 2.42 answers 400 to a request with a
-	// sample it cannot append (out of order, duplicate timestamp with
-	// another value, or out of bounds, i.e. older than the head block
-	// allows) and appends none of that request's samples after the failing
-	// one; see PrometheusRemoteWriteRejected.
+	// at RemoteWriteURL. Prometheus 2.42 appends a request in one
+	// transaction: a sample it refuses (out of order, out of bounds, another
+	// value at a timestamp it already has, or older than the out-of-order
+	// window) rolls back the whole request, answered with 400 (500 for "too
+	// old"). See PrometheusRemoteWriteStats.
 	RemoteWriteReceiver bool
 	// OutOfOrderTimeWindow sets storage.tsdb.out_of_order_time_window
-	// (supported, as experimental, since 2.39): samples up to that much older
-	// than a series' newest sample are accepted instead of rejected as out
-	// of order. 0 keeps Prometheus's default (no out-of-order ingestion).
+	// (experimental in 2.42): a sample up to that much older than its
+	// series' newest one is appended instead of refused as out of order.
+	// 0 keeps Prometheus's default (no out-of-order ingestion).
 	OutOfOrderTimeWindow time.Duration
 }
 
