@@ -153,7 +153,7 @@ func BuildOTelCollector(ctx context.Context, logf func(format string, args ...an
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("ocb %s: %w\n--- build log (%s) ---\n%s", OTelCollectorBuilderVersion, err, logPath, fileTail(logPath, 6000))
+		return "", fmt.Errorf("ocb %s: %w\n--- build log ---\n%s", OTelCollectorBuilderVersion, err, fileTail(logPath, 6000))
 	}
 	built := filepath.Join(scratch, "src", otelColBinaryName)
 	if err := checkExecutable(built); err != nil {
