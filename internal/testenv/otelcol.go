@@ -51,8 +51,8 @@ const (
 	OTelColExporterSendFailed = "otelcol_exporter_send_failed_metric_points"
 	// OTelColRemoteWriteTranslatedSeries and
 	// OTelColRemoteWriteFailedTranslations are the prometheus_remote_write
-	// exporter's counters of series translated from OTLP (target_info
-	// included) and of points it could not translate.
+	// exporter's counters of series translated from OTLP and of translation
+	// failures.
 	OTelColRemoteWriteTranslatedSeries   = "otelcol_exporter_prometheusremotewrite_translated_time_series"
 	OTelColRemoteWriteFailedTranslations = "otelcol_exporter_prometheusremotewrite_failed_translations"
 )
@@ -99,7 +99,6 @@ type OTelCollectorProcess struct {
 	telemetryURL       string
 	healthURL          string
 	logPath            string
-	configPath         string
 	proc               *process
 }
 
@@ -126,7 +125,6 @@ func OTelCollector(t testing.TB, opts OTelCollectorOptions) *OTelCollectorProces
 			telemetryURL: "http://" + loopback(ports[2]) + "/metrics",
 			healthURL:    "http://" + loopback(ports[3]) + "/",
 			logPath:      logPath,
-			configPath:   cfgPath,
 		}
 		cfg, err := otelCollectorConfig(opts, ports)
 		if err != nil {
@@ -280,9 +278,6 @@ func (c *OTelCollectorProcess) HTTPAddr() string { return c.httpAddr }
 
 // TelemetryURL is the collector's own /metrics endpoint.
 func (c *OTelCollectorProcess) TelemetryURL() string { return c.telemetryURL }
-
-// ConfigPath is the collector's generated configuration file.
-func (c *OTelCollectorProcess) ConfigPath() string { return c.configPath }
 
 // Log returns the collector's log so far (stdout and stderr).
 func (c *OTelCollectorProcess) Log(t testing.TB) string {

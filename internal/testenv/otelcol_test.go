@@ -399,8 +399,17 @@ func TestOTelCollectorToPrometheus(t *testing.T) {
 				}
 				return nil
 			})
-			if got := col.TelemetrySum(t, OTelColExporterSendFailed, nil); got != 0 {
-				t.Errorf("%s = %v, want 0", OTelColExporterSendFailed, got)
+			for name, want := range map[string]float64{
+				OTelColExporterSendFailed:            0,
+				OTelColReceiverRefused:               0,
+				OTelColRemoteWriteFailedTranslations: 0,
+			} {
+				if got := col.TelemetrySum(t, name, nil); got != want {
+					t.Errorf("%s = %v, want %v", name, got, want)
+				}
+			}
+			if got := col.TelemetrySum(t, OTelColRemoteWriteTranslatedSeries, map[string]string{"exporter": "prometheus_remote_write"}); got < float64(len(series)) {
+				t.Errorf("%s = %v, want at least %d", OTelColRemoteWriteTranslatedSeries, got, len(series))
 			}
 			if got, want := col.DeltaToCumulativeDatapoints(t), map[string]float64{"": float64(deltas)}; !maps.Equal(got, want) {
 				t.Errorf("delta_to_cumulative datapoints %v, want %v", got, want)
@@ -503,6 +512,9 @@ func TestPrometheusRemoteWriteRefusals(t *testing.T) {
 			}
 			if !strings.Contains(prom.Log(t), "duplicate sample for timestamp") {
 				t.Errorf("prometheus log does not name the duplicate sample:\n%s", prom.Log(t))
+			}
+			if !strings.Contains(col.Log(t), "remote write request failed (http status 400)") {
+				t.Errorf("collector log does not show the refused request:\n%s", col.Log(t))
 			}
 
 			// One request with a new bucket for one series and a late
