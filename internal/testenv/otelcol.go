@@ -61,8 +61,8 @@ const (
 // otlp receiver → [delta_to_cumulative] → [batch] → exporters.
 type OTelCollectorOptions struct {
 	// DeltaToCumulative adds the delta_to_cumulative processor, which turns
-	// delta Sums into cumulative ones (Prometheus remote write drops delta
-	// Sums).
+	// delta Sums into cumulative ones (the prometheus_remote_write exporter
+	// writes no delta Sums).
 	DeltaToCumulative bool
 	// DeltaToCumulativeMaxStale is the processor's max_stale (how long a
 	// stream without points is kept); 0 keeps its default (5m).

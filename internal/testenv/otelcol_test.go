@@ -288,11 +288,21 @@ func waitSample(t *testing.T, prom *PrometheusServer, selector string, ts time.T
 // counters, including the delta points delta_to_cumulative drops.
 func TestOTelCollectorToPrometheus(t *testing.T) {
 	t.Parallel()
-	for _, transport := range []string{"grpc", "http"} {
+	for _, tc := range []struct {
+		transport string
+		opts      OTelCollectorOptions
+	}{
+		{"grpc", OTelCollectorOptions{DeltaToCumulative: true}},
+		// Also through the batch processor, with another max_stale.
+		{"http", OTelCollectorOptions{DeltaToCumulative: true, DeltaToCumulativeMaxStale: 10 * time.Minute, Batch: true}},
+	} {
+		transport := tc.transport
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
 			prom := PrometheusWith(t, PrometheusOptions{RemoteWriteReceiver: true})
-			col := OTelCollector(t, OTelCollectorOptions{DeltaToCumulative: true, RemoteWriteURL: prom.RemoteWriteURL()})
+			opts := tc.opts
+			opts.RemoteWriteURL = prom.RemoteWriteURL()
+			col := OTelCollector(t, opts)
 			exp := newOTLPExporter(t, transport, col)
 
 			// Two one-minute buckets ending 8 and 9 minutes ago.
@@ -416,6 +426,13 @@ func TestOTelCollectorToPrometheus(t *testing.T) {
 			}
 			if got := col.DeltaToCumulativeDropped(t); got != 0 {
 				t.Errorf("delta_to_cumulative dropped %v, want 0", got)
+			}
+			maxStale := 5 * time.Minute
+			if opts.DeltaToCumulativeMaxStale > 0 {
+				maxStale = opts.DeltaToCumulativeMaxStale
+			}
+			if got := col.TelemetrySum(t, "otelcol_deltatocumulative_streams_max_stale", nil); got != maxStale.Seconds() {
+				t.Errorf("delta_to_cumulative max_stale %vs, want %v", got, maxStale)
 			}
 
 			// A late delta for the first bucket, and a second delta for the
