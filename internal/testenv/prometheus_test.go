@@ -46,7 +46,7 @@ func TestPrometheusConfigJobs(t *testing.T) {
 	cfg := prometheusConfig([]ScrapeJob{
 		{Name: "a", Targets: []string{"127.0.0.1:1", "127.0.0.1:2"}},
 		{Name: "b", Targets: []string{"127.0.0.1:3"}, MetricsPath: "/m", Scheme: "https", BasicAuthUser: "u", BasicAuthPassword: "p\"w"},
-	})
+	}, 0)
 	for _, want := range []string{
 		`scrape_interval: 1s`,
 		`job_name: "a"`, `targets: ["127.0.0.1:1", "127.0.0.1:2"]`,
