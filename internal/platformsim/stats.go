@@ -122,6 +122,9 @@ func (s *Server) record(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
 		began := time.Now()
+		// Date: the time the request was processed (spec section 1), on
+		// the platform's clock.
+		w.Header().Set("Date", s.now().Format(http.TimeFormat))
 		next.ServeHTTP(sw, r)
 		pattern := "<unmatched>"
 		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
