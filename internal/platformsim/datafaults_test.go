@@ -91,6 +91,10 @@ func TestBadValueFaults(t *testing.T) {
 			if share := float64(bad) / float64(eligible); share < 0.2 || share > 0.3 {
 				t.Errorf("%d of %d values replaced (%.2f), want about 0.25", bad, eligible, share)
 			}
+			st := srv.Stats().Data
+			if got := st[len(st)-1].BadValues; got != bad {
+				t.Errorf("Stats reports %d bad values, the answer held %d", got, bad)
+			}
 		})
 	}
 }
@@ -126,6 +130,9 @@ func TestMalformedRowFaults(t *testing.T) {
 		}
 	}
 	bad := n - kinds["good"]
+	if st := srv.Stats().Data; st[len(st)-1].MalformedRows != bad {
+		t.Errorf("Stats reports %d malformed rows, the answer held %d", st[len(st)-1].MalformedRows, bad)
+	}
 	if kinds["object"] == 0 || kinds["short"] == 0 || kinds["long"] == 0 || bad < n/5 || bad > n*2/5 {
 		t.Errorf("row kinds %v of %d, want about 30%% malformed of every kind", kinds, n)
 	}

@@ -365,8 +365,9 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("The data request for dataset %s is invalid: %s.", name, details[0].Description), details...)
 		return
 	}
-	fields, rows := s.execute(q, at)
+	fields, rows, inj := s.execute(q, at)
 	rec.Status, rec.Rows = http.StatusOK, len(rows)
+	rec.BadValues, rec.MalformedRows = inj.badValues, inj.malformedRows
 	s.recordData(rec)
 	writeData(w, name, fields, rows, q.echo, at)
 }
@@ -449,7 +450,11 @@ func buckets(g metricsapi.Granularity, start, end, at time.Time) []time.Time {
 	return out
 }
 
-// execute computes the response rows of a valid query at time at.
+// injected counts the data faults put into one answer.
+type injected struct{ badValues, malformedRows int }
+
+// execute computes the response rows of a valid query at time at, with the
+// data faults configured, and counts those it injected.
 //
 // Aggregation of dimensions left out of the request: counts are summed;
 // ratios are recomputed from the summed counts; per-second rates are summed
@@ -458,7 +463,7 @@ func buckets(g metricsapi.Granularity, start, end, at time.Time) []time.Time {
 // traffic-weighted mean of the leaves' percentiles (weights: edge requests
 // for edge latencies, origin requests for origin latencies), which keeps them
 // ordered by P and response time ≥ TTFB.
-func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
+func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte, injected) {
 	ds := q.ds
 	var fields []dataField
 	for _, d := range q.dims {
@@ -563,6 +568,7 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
 	if f.BadValues != "" && badRate <= 0 {
 		badRate = 0.1
 	}
+	var inj injected
 	rows := make([][]byte, 0, len(order))
 	for _, key := range order {
 		g := groups[key]
@@ -605,6 +611,7 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
 			}
 			if f.BadValues != "" && rng.Float64() < badRate && (f.BadValues != BadNegative || strings.HasSuffix(m, "_total")) {
 				row = append(row, f.BadValues.literal()...)
+				inj.badValues++
 				continue
 			}
 			row = appendNumber(row, m, g.cell.value(m, seconds), asStrings)
@@ -612,11 +619,12 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
 		row = append(row, ']')
 		if f.MalformedRowRate > 0 && rng.Float64() < f.MalformedRowRate {
 			row = malformed(row, lastComma, rng.IntN(3))
+			inj.malformedRows++
 		}
 		rows = append(rows, row)
 	}
 	rng.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
-	return fields, rows
+	return fields, rows, inj
 }
 
 // malformed turns a row into a malformed one of the given kind: 0 drops its

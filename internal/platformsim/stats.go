@@ -37,6 +37,9 @@ type DataRequest struct {
 	// Status is the HTTP status answered; Rows the number of rows.
 	Status int
 	Rows   int
+	// BadValues and MalformedRows count the data faults injected into the
+	// answer (Faults.BadValues, Faults.MalformedRowRate).
+	BadValues, MalformedRows int
 	// At is the simulated time of the request.
 	At time.Time
 }
