@@ -47,7 +47,9 @@ type PollReport struct {
 	// Err is the fetch error, nil on success. Publish errors are reported
 	// separately and do not fail a poll.
 	Err error
-	// From and To are the bucket range asked for (To exclusive).
+	// From and To are the bucket range polled (To exclusive): To is the
+	// start of the current bucket, or earlier when the platform's newest
+	// Date says a later bucket may not have ended there.
 	From, To     time.Time
 	Environments int
 	// Requests is the number of API data requests the query took.
