@@ -677,7 +677,7 @@ func (s *Server) DatasetMetrics(dataset string) []string {
 }
 
 // Rows is the ground truth for tests: exactly the rows the data endpoint
-// returns, with every dimension and every metric requested, for one
+// returns (without the data faults of Faults), with every dimension and every metric requested, for one
 // environment, granularity g and range [start, end), asked at time at (for
 // the late-data effect). Labels follow DatasetLabels, Values DatasetMetrics,
 // values rounded exactly as on the wire. Rows are sorted by time, then labels.
