@@ -97,18 +97,24 @@ func decodeRows(r *Request, resp *dataResponse) ([]Row, Problems, error) {
 		labelSeen[i] = map[string]string{}
 	}
 	sc := newRowScanner(resp.DataRows)
-	for n := 0; ; n++ {
-		sr, ok, err := sc.next()
+	var (
+		sr scannedRow
+		n  int
+	)
+	skip := func(reason, format string, a ...any) {
+		probs.row(reason, func() string {
+			return fmt.Sprintf("row %d %s: %s", n, abbrev(sr.raw), fmt.Sprintf(format, a...))
+		})
+	}
+	for ; ; n++ {
+		var ok bool
+		var err error
+		sr, ok, err = sc.next()
 		if err != nil {
 			return fail("row %d: %v", n, err)
 		}
 		if !ok {
 			break
-		}
-		skip := func(reason, format string, a ...any) {
-			probs.row(reason, func() string {
-				return fmt.Sprintf("row %d %s: %s", n, abbrev(sr.raw), fmt.Sprintf(format, a...))
-			})
 		}
 		raw := sr.vals
 		if !sr.array {

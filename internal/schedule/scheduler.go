@@ -94,7 +94,9 @@ type Config struct {
 	Resume ResumeSource
 	// Publishers receive every batch.
 	Publishers []NamedPublisher
-	Observer   Observer // optional
+	// Observer is told about polls (optional); if it also implements
+	// DiscoveryObserver, about discoveries too.
+	Observer Observer
 	// Clock is the time polls are planned by (default RealClock). Pass a
 	// *PlatformClock fed by the platform client to follow the platform's
 	// clock; its newest Date then also bounds how far a poll counts
