@@ -677,9 +677,10 @@ func (s *Server) DatasetMetrics(dataset string) []string {
 }
 
 // Rows is the ground truth for tests: exactly the rows the data endpoint
-// returns (without the data faults of Faults), with every dimension and every metric requested, for one
-// environment, granularity g and range [start, end), asked at time at (for
-// the late-data effect). Labels follow DatasetLabels, Values DatasetMetrics,
+// returns without data faults (Faults.BadValues, MalformedRowRate), with
+// every dimension and every metric requested, for one environment,
+// granularity g and range [start, end), asked at time at (for the late-data
+// effect). Labels follow DatasetLabels, Values DatasetMetrics,
 // values rounded exactly as on the wire. Rows are sorted by time, then labels.
 func (s *Server) Rows(dataset, env string, g metricsapi.Granularity, start, end, at time.Time) ([]metricsapi.Row, error) {
 	ds, ok := s.dsByName[dataset]

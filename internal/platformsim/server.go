@@ -3,8 +3,11 @@
 // (organizations, properties, environments), the metrics service (six
 // datasets with deterministic, realistic data, late data and request
 // validation) and the RTLD service with log delivery (rtld*.go, delivery*.go),
-// with optional faults (429, 5xx, latency) and the rate limits of spec
-// section 8.
+// with optional faults (429, 5xx, latency; values that are not numbers and
+// malformed rows in data answers; a clock ahead of or behind the client's),
+// and the rate limits of spec section 8. Every answer carries Date (spec
+// section 1) on the simulated clock. The API's limits come from the
+// simulator's own table (limits.go), not from the client.
 //
 // Quick use:
 //
@@ -16,7 +19,8 @@
 // to stop background work).
 //
 // For tests: Config.Now drives a simulated clock (token expiry, late data,
-// which buckets exist); SetFaults, FailNext and RevokeTokens inject failures;
+// which buckets exist) and Config.ClockOffset / SetClockOffset skew it;
+// SetFaults, FailNext and RevokeTokens inject failures;
 // Stats reports requests by route and status and every data request; Rows is
 // the ground truth of the data endpoint; Environments, Properties and
 // Organization describe the world.
