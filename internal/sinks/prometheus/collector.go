@@ -66,7 +66,6 @@ type Collector struct {
 // empty environment label.
 type datasetState struct {
 	mu         sync.RWMutex
-	name       string
 	resultLbls []string // the label dimensions, in Row.Labels order
 	plans      []*metricPlan
 	byName     map[string]int
@@ -176,7 +175,7 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 	c.mu.Lock()
 	d := c.datasets[b.Dataset.Name]
 	if d == nil {
-		d = &datasetState{name: b.Dataset.Name, byName: make(map[string]int)}
+		d = &datasetState{byName: make(map[string]int)}
 		c.datasets[b.Dataset.Name] = d
 	}
 	envs := c.envs
