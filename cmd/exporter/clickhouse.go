@@ -85,7 +85,12 @@ func (f *clickhouseFlags) newSink(h *host, reg prometheus.Registerer) (*metricta
 	if f.retention < 0 || f.maxBackfill < 0 {
 		return nil, fmt.Errorf("--clickhouse.retention and --clickhouse.max-backfill must not be negative")
 	}
+	var now func() time.Time // the platform's clock when the command follows it
+	if h.platformClock != nil {
+		now = h.platformClock.Now
+	}
 	sink, err := metrictables.NewSink(metrictables.SinkConfig{
+		Now:         now,
 		DSN:         strings.TrimSpace(f.dsn),
 		Password:    pw,
 		Retention:   time.Duration(f.retention),

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,6 +33,10 @@ type ScrapeJob struct {
 	Scheme string
 	// BasicAuthUser and BasicAuthPassword, if set, are sent on every scrape.
 	BasicAuthUser, BasicAuthPassword string
+	// Labels are added to every series of the job's targets (as the
+	// Prometheus Operator adds namespace and pod), so alert expressions
+	// that select on them can be evaluated as written.
+	Labels map[string]string
 }
 
 // PrometheusServer is a Prometheus process (Debian's prometheus 2.42 in CI)
@@ -161,6 +166,17 @@ func prometheusConfig(jobs []ScrapeJob, outOfOrderWindow time.Duration) string {
 			b.WriteString(strconv.Quote(tg))
 		}
 		b.WriteString("]\n")
+		if len(j.Labels) > 0 {
+			b.WriteString("        labels:\n")
+			names := make([]string, 0, len(j.Labels))
+			for k := range j.Labels {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			for _, k := range names {
+				fmt.Fprintf(&b, "          %s: %s\n", k, strconv.Quote(j.Labels[k]))
+			}
+		}
 	}
 	return b.String()
 }
