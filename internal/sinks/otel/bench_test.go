@@ -3,10 +3,12 @@ package otel
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	colmetricspb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	"google.golang.org/grpc"
 
@@ -33,7 +35,8 @@ var benchUsage = func() *metricsapi.Dataset {
 }()
 
 // benchBatch is one poll's batch of ds: one new bucket for each of n label
-// sets (UUID-like environments times two-letter countries).
+// sets (UUID-like environments times two-letter countries), and a point of
+// each series' counts.
 func benchBatch(ds *metricsapi.Dataset, n int) *schedule.Batch {
 	metrics := ds.MetricNames()
 	b := &schedule.Batch{Dataset: ds, Granularity: metricsapi.FiveMinutes, Labels: []string{"country_code"}, Metrics: metrics}
@@ -42,11 +45,20 @@ func benchBatch(ds *metricsapi.Dataset, n int) *schedule.Batch {
 		env := fmt.Sprintf("%08x-5d1e-4c3b-9a2f-%012x", i/250, i)
 		country := string([]byte{'a' + byte(i%250/26), 'a' + byte(i%26)})
 		vals := make([]float64, len(metrics))
+		totals := make([]float64, len(metrics))
 		for j := range vals {
 			vals[j] = float64(j*7 + i%13 + 1)
+			totals[j] = math.NaN()
+			if metricsapi.Classify(metrics[j]).Kind == metricsapi.KindCount {
+				totals[j] = 1000 * vals[j]
+			}
 		}
-		b.Updates = append(b.Updates, schedule.Update{Row: metricsapi.Row{Time: t, Environment: env, Labels: []string{country}, Values: vals}})
+		lbls := []string{country}
+		b.Updates = append(b.Updates, schedule.Update{Row: metricsapi.Row{Time: t, Environment: env, Labels: lbls, Values: vals}, Latest: true})
+		b.Counts = append(b.Counts, schedule.SeriesCounts{Environment: env, Labels: lbls, Totals: totals, Start: t.Add(-time.Hour),
+			Newest: t, Point: true})
 	}
+	b.End = t.Add(5 * time.Minute)
 	return b
 }
 
@@ -60,7 +72,7 @@ func BenchmarkConvert(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		points = 0
-		for _, e := range convert(batch, nil, DefaultMaxPoints) {
+		for _, e := range convert(batch, nil, DefaultMaxPoints, metricdata.CumulativeTemporality) {
 			points += e.points
 		}
 	}
@@ -104,7 +116,7 @@ func BenchmarkExportGRPC(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		points = 0
-		for _, e := range convert(batch, nil, DefaultMaxPoints) {
+		for _, e := range convert(batch, nil, DefaultMaxPoints, metricdata.CumulativeTemporality) {
 			if err := exp.Export(ctx, e.rm); err != nil {
 				b.Fatal(err)
 			}
