@@ -20,7 +20,7 @@ func lock(path string) (func() error, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: another exporter holds %s (two exporters must never share a state directory)", ErrLocked, path)
+			return nil, fmt.Errorf("%w (%s is locked; two exporters must never share a state directory)", ErrLocked, path)
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}

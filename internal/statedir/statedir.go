@@ -116,7 +116,7 @@ var ErrRefused = errors.New("state file refused")
 
 // ErrLocked is wrapped by Open's error when another process holds the
 // directory.
-var ErrLocked = errors.New("state directory in use")
+var ErrLocked = errors.New("in use by another process")
 
 // Dir is an open state directory. Its methods are safe for concurrent use
 // by the poll loops (each saves its own dataset).
