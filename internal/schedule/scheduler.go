@@ -13,6 +13,17 @@
 // values are partial, its ratios and percentiles noisy, and its end lies in
 // the future, which OTLP points and ClickHouse rows must not claim.
 //
+// Counting: the Tracker keeps per series the running totals of its counts
+// (a first sighting adds its values, a revision its difference), which
+// become Prometheus counters, and, with Config.Points, a point of every live
+// series each time a poll's end passes a bucket boundary (OTLP sums; a
+// revision between boundaries is folded into the next point). With
+// Config.State the tracker is saved after every poll, before the poll's
+// batch is published, and a restart Restores it: counting continues exactly.
+// Without saved state the scheduler cannot tell a first start from a
+// restart, so a Restart tracker makes the first poll of every environment a
+// baseline: remembered, not counted.
+//
 // Time is the platform's: with a PlatformClock as Config.Clock, "now" (which
 // buckets have ended, when polls are due) follows the Date headers of the
 // API's answers, and a poll never counts a bucket as ended, nor moves a
