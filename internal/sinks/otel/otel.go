@@ -356,30 +356,43 @@ func description(ds *metricsapi.Dataset, metric string, info metricsapi.MetricIn
 }
 
 // chunker gathers points into export requests of at most max points, in
-// the order they are added.
+// the order they are added. sizes (from countPoints) says how many points
+// of each slot every request gets, so each request's data points are
+// allocated once, exactly.
 type chunker struct {
 	p      *plan
 	res    *resource.Resource
 	max    int
 	temp   metricdata.Temporality
+	sizes  [][]int
 	points int
-	gauges [][]metricdata.DataPoint[float64]
-	sums   [][]metricdata.DataPoint[float64]
+	dps    [][]metricdata.DataPoint[float64] // per slot, of the request being filled
 	out    []*export
 }
 
 func (c *chunker) add(slot int, dp metricdata.DataPoint[float64]) {
-	if c.gauges == nil {
-		c.gauges = make([][]metricdata.DataPoint[float64], len(c.p.slots))
-		c.sums = make([][]metricdata.DataPoint[float64], len(c.p.slots))
+	if c.dps == nil {
+		c.start()
 	}
-	if c.p.slots[slot].count {
-		c.sums[slot] = append(c.sums[slot], dp)
-	} else {
-		c.gauges[slot] = append(c.gauges[slot], dp)
-	}
+	c.dps[slot] = append(c.dps[slot], dp)
 	if c.points++; c.points >= c.max {
 		c.flush()
+	}
+}
+
+// start allocates the data points of the next request.
+func (c *chunker) start() {
+	size := c.sizes[len(c.out)]
+	total := 0
+	for _, n := range size {
+		total += n
+	}
+	backing := make([]metricdata.DataPoint[float64], total)
+	c.dps = make([][]metricdata.DataPoint[float64], len(c.p.slots))
+	off := 0
+	for slot, n := range size {
+		c.dps[slot] = backing[off : off : off+n]
+		off += n
 	}
 }
 
@@ -389,14 +402,14 @@ func (c *chunker) flush() {
 	}
 	var ms []metricdata.Metrics
 	for i, sl := range c.p.slots {
-		md := metricdata.Metrics{Name: sl.name, Description: sl.desc, Unit: sl.unit}
-		switch {
-		case len(c.sums[i]) > 0:
-			md.Data = metricdata.Sum[float64]{DataPoints: c.sums[i], Temporality: c.temp, IsMonotonic: true}
-		case len(c.gauges[i]) > 0:
-			md.Data = metricdata.Gauge[float64]{DataPoints: c.gauges[i]}
-		default:
+		if len(c.dps[i]) == 0 {
 			continue
+		}
+		md := metricdata.Metrics{Name: sl.name, Description: sl.desc, Unit: sl.unit}
+		if sl.count {
+			md.Data = metricdata.Sum[float64]{DataPoints: c.dps[i], Temporality: c.temp, IsMonotonic: true}
+		} else {
+			md.Data = metricdata.Gauge[float64]{DataPoints: c.dps[i]}
 		}
 		ms = append(ms, md)
 	}
@@ -404,7 +417,7 @@ func (c *chunker) flush() {
 		Resource:     c.res,
 		ScopeMetrics: []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: ScopeName}, Metrics: ms}},
 	}})
-	c.points, c.gauges, c.sums = 0, nil, nil
+	c.points, c.dps = 0, nil
 }
 
 // attrSets builds the attribute sets of one series: without and with each
@@ -458,6 +471,7 @@ func convert(b *schedule.Batch, res *resource.Resource, maxPoints int, temporali
 	}
 	p := newPlan(b)
 	c := &chunker{p: p, res: res, max: max(1, maxPoints), temp: temporality}
+	c.sizes = countPoints(b, p, c.max)
 	attrs := &attrSets{p: p}
 	width := b.Granularity.Duration()
 	for ui := range b.Updates {
@@ -496,4 +510,42 @@ func convert(b *schedule.Batch, res *resource.Resource, maxPoints int, temporali
 	}
 	c.flush()
 	return c.out
+}
+
+// countPoints returns, for every export request convert makes of b, the
+// number of points of each slot: the same walk as convert's, without
+// building the points.
+func countPoints(b *schedule.Batch, p *plan, maxPoints int) [][]int {
+	var sizes [][]int
+	n := 0
+	count := func(slot int) {
+		if n%maxPoints == 0 {
+			sizes = append(sizes, make([]int, len(p.slots)))
+		}
+		sizes[len(sizes)-1][slot]++
+		n++
+	}
+	for ui := range b.Updates {
+		u := &b.Updates[ui]
+		if !u.Latest {
+			continue
+		}
+		for j, v := range u.Row.Values {
+			if j < len(b.Metrics) && !p.slots[p.slotOf[j]].count && !math.IsNaN(v) {
+				count(p.slotOf[j])
+			}
+		}
+	}
+	for ci := range b.Counts {
+		sc := &b.Counts[ci]
+		if !sc.Point {
+			continue
+		}
+		for j, v := range sc.Totals {
+			if j < len(b.Metrics) && p.slots[p.slotOf[j]].count && !math.IsNaN(v) {
+				count(p.slotOf[j])
+			}
+		}
+	}
+	return sizes
 }
