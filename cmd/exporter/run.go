@@ -347,12 +347,13 @@ func openState(h *host, f *runFlags, x *exporter) (*schedule.Tracker, error) {
 		return schedule.NewTracker(schedule.FirstStart), nil
 	}
 	tracker := schedule.NewTracker(schedule.Restart)
-	for dataset, state := range dir.States() {
+	states := dir.TakeStates()
+	for dataset, state := range states {
 		if err := tracker.Restore(dataset, state); err != nil {
 			return nil, fmt.Errorf("--state.dir: %s: %w; nothing in the state directory was used. Move the file away to let this exporter start (the dataset then starts with a baseline)",
 				filepath.Join(dir.Path(), dataset+statedir.Suffix), err)
 		}
 	}
-	h.log.Info("state restored: counting continues where it stopped", "state_dir", dir.Path(), "datasets", len(dir.States()))
+	h.log.Info("state restored: counting continues where it stopped", "state_dir", dir.Path(), "datasets", len(states))
 	return tracker, nil
 }

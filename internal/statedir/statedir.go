@@ -125,6 +125,7 @@ type Dir struct {
 	id     Identity
 	unlock func() error
 	states map[string][]byte
+	fresh  bool
 	now    func() time.Time
 }
 
@@ -148,6 +149,7 @@ func Open(path string, id Identity) (*Dir, error) {
 		unlock()
 		return nil, err
 	}
+	d.fresh = len(d.states) == 0
 	return d, nil
 }
 
@@ -228,10 +230,15 @@ func (d *Dir) read(dataset string) ([]byte, error) {
 
 // Fresh reports whether the directory held no state file when opened: a
 // first start, whose first polls are counted in full.
-func (d *Dir) Fresh() bool { return len(d.states) == 0 }
+func (d *Dir) Fresh() bool { return d.fresh }
 
-// States returns the payloads read at Open, by dataset.
-func (d *Dir) States() map[string][]byte { return d.states }
+// TakeStates returns the payloads read at Open, by dataset, and lets go of
+// them (the caller restores them once).
+func (d *Dir) TakeStates() map[string][]byte {
+	s := d.states
+	d.states = nil
+	return s
+}
 
 // Save replaces the state of dataset atomically and durably.
 func (d *Dir) Save(dataset string, payload []byte) error {

@@ -23,7 +23,7 @@ func mustOpen(t *testing.T, path string, id Identity) *Dir {
 func TestSaveAndOpen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
 	d := mustOpen(t, path, testID)
-	if !d.Fresh() || len(d.States()) != 0 {
+	if !d.Fresh() || len(d.TakeStates()) != 0 {
 		t.Fatal("a new directory is not fresh")
 	}
 	payload := []byte("payload with\nnewlines\x00and bytes")
@@ -47,8 +47,11 @@ func TestSaveAndOpen(t *testing.T) {
 	if d.Fresh() {
 		t.Error("a directory with states is fresh")
 	}
-	if got := d.States(); len(got) != 2 || !bytes.Equal(got["edge_errors"], payload) || len(got["origin_usage"]) != 0 {
+	if got := d.TakeStates(); len(got) != 2 || !bytes.Equal(got["edge_errors"], payload) || len(got["origin_usage"]) != 0 {
 		t.Errorf("states %q", got)
+	}
+	if d.TakeStates() != nil || d.Fresh() {
+		t.Error("states kept after they were taken, or the directory became fresh")
 	}
 	entries, _ := os.ReadDir(path)
 	for _, e := range entries {
@@ -83,8 +86,8 @@ func TestInterruptedSave(t *testing.T) {
 	}
 	d = mustOpen(t, path, testID)
 	defer d.Close()
-	if string(d.States()["edge_errors"]) != "good" {
-		t.Errorf("state %q after an interrupted save", d.States()["edge_errors"])
+	if got := d.TakeStates()["edge_errors"]; string(got) != "good" {
+		t.Errorf("state %q after an interrupted save", got)
 	}
 	if _, err := os.Stat(tmp); !os.IsNotExist(err) {
 		t.Errorf("temporary file still there: %v", err)
