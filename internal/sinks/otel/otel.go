@@ -425,6 +425,7 @@ func (c *chunker) flush() {
 type attrSets struct {
 	p    *plan
 	kvs  []attribute.KeyValue
+	with []attribute.KeyValue // kvs plus a percentile (NewSet sorts its argument in place)
 	base attribute.Set
 	pct  []attribute.Set
 	made []bool
@@ -432,7 +433,7 @@ type attrSets struct {
 
 func (a *attrSets) reset(env string, labels []string) {
 	if a.kvs == nil {
-		a.kvs = make([]attribute.KeyValue, len(a.p.attrKeys), len(a.p.attrKeys)+1)
+		a.kvs = make([]attribute.KeyValue, len(a.p.attrKeys))
 		a.pct = make([]attribute.Set, len(a.p.pcts))
 		a.made = make([]bool, len(a.p.pcts))
 	}
@@ -454,7 +455,8 @@ func (a *attrSets) of(pct int) attribute.Set {
 		return a.base
 	}
 	if !a.made[pct] {
-		a.pct[pct] = attribute.NewSet(append(a.kvs, attribute.String(AttrPercentile, a.p.pcts[pct]))...)
+		a.with = append(append(a.with[:0], a.kvs...), attribute.String(AttrPercentile, a.p.pcts[pct]))
+		a.pct[pct] = attribute.NewSet(a.with...)
 		a.made[pct] = true
 	}
 	return a.pct[pct]

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 
@@ -321,5 +322,48 @@ func TestTemporality(t *testing.T) {
 		if (err != nil) != tc.bad || got != tc.want {
 			t.Errorf("Temporality(%q) with %s=%q = %v, %v; want %v", tc.flag, env, tc.env, got, err, tc.want)
 		}
+	}
+}
+
+// TestAttributeSets: every point carries environment_id and every
+// dimension, percentile points the percentile too, whatever the dimensions
+// are called (NewSet sorts in place: "zone" sorts after "percentile").
+func TestAttributeSets(t *testing.T) {
+	zds := &metricsapi.Dataset{Name: "zoned", Metrics: []metricsapi.Metric{
+		{Name: "ttfb_edge_ms_50_percentile"}, {Name: "ttfb_edge_ms_95_percentile"}, {Name: "requests_edge_total"}}}
+	b := &schedule.Batch{Dataset: zds, Granularity: metricsapi.FiveMinutes, Labels: []string{"zone", "country_code"},
+		Metrics: zds.MetricNames(), End: at(2)}
+	for i, z := range []string{"z1", "z2"} {
+		b.Updates = append(b.Updates, schedule.Update{Latest: true, Row: metricsapi.Row{Time: at(1), Environment: "e1",
+			Labels: []string{z, "us"}, Values: []float64{float64(10 + i), float64(20 + i), 5}}})
+		b.Counts = append(b.Counts, schedule.SeriesCounts{Environment: "e1", Labels: []string{z, "us"},
+			Totals: []float64{math.NaN(), math.NaN(), 5}, Start: at(0), Point: true})
+	}
+	var got []string
+	for _, e := range convert(b, nil, 100, metricdata.CumulativeTemporality) {
+		for _, m := range e.rm.ScopeMetrics[0].Metrics {
+			var dps []metricdata.DataPoint[float64]
+			switch d := m.Data.(type) {
+			case metricdata.Gauge[float64]:
+				dps = d.DataPoints
+			case metricdata.Sum[float64]:
+				dps = d.DataPoints
+			}
+			for _, dp := range dps {
+				got = append(got, fmt.Sprintf("%s %s %g", m.Name, dp.Attributes.Encoded(attribute.DefaultEncoder()), dp.Value))
+			}
+		}
+	}
+	sort.Strings(got)
+	want := []string{
+		"cdn.zoned.requests_edge country_code=us,environment_id=e1,zone=z1 5",
+		"cdn.zoned.requests_edge country_code=us,environment_id=e1,zone=z2 5",
+		"cdn.zoned.ttfb_edge country_code=us,environment_id=e1,percentile=50,zone=z1 10",
+		"cdn.zoned.ttfb_edge country_code=us,environment_id=e1,percentile=50,zone=z2 11",
+		"cdn.zoned.ttfb_edge country_code=us,environment_id=e1,percentile=95,zone=z1 20",
+		"cdn.zoned.ttfb_edge country_code=us,environment_id=e1,percentile=95,zone=z2 21",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("points\n got %q\nwant %q", got, want)
 	}
 }
