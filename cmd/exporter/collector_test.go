@@ -147,8 +147,15 @@ func checkTranslatedNames(t *testing.T, prom *testenv.PrometheusServer, te *test
 		`cdn_origin_usage_ttfb_origin_milliseconds{percentile="50"}`,
 		`cdn_edge_errors_requests_edge_total`,
 	} {
-		if m := prom.RawSamplesAt(t, name, 2*time.Hour, end); len(m) == 0 {
+		m := prom.RawSamplesAt(t, name, 2*time.Hour, end)
+		if len(m) == 0 {
 			t.Errorf("Prometheus has no series %s", name)
+			continue
+		}
+		// job from service.name; no instance (no service.instance.id, so
+		// restarts and replicas write the same series).
+		if l := m[0].Metric; l["job"] != "edgepipe-exporter" || l["instance"] != "" || l["environment_id"] == "" {
+			t.Errorf("%s: labels %v", name, l)
 		}
 	}
 }
