@@ -212,28 +212,34 @@ func (te *testExporter) checkOTLP(label string, pts []otlptest.Point, c otlpChec
 		cache[k] = m
 		return m
 	}
+	// metricIndex finds the simulator's metric of an OTLP metric name and
+	// percentile.
+	metricIndex := map[string]int{}
+	for _, ds := range te.sim.DatasetNames() {
+		for i, m := range te.sim.DatasetMetrics(ds) {
+			name, pct := otel.MetricName(ds, m)
+			metricIndex[name+"|"+pct] = i
+		}
+	}
 	for _, g := range gps {
 		labels := te.sim.DatasetLabels(g.ds)
 		lv := make([]string, len(labels))
 		for i, l := range labels {
 			lv[i] = g.attrs[l]
 		}
-		metrics := te.sim.DatasetMetrics(g.ds)
+		idx, ok := metricIndex[g.s.metric+"|"+g.attrs[otel.AttrPercentile]]
+		if !ok {
+			fail("gauge %s: not a metric of the simulator", g.s.metric)
+			continue
+		}
+		key := strings.Join(lv, "\xff")
 		found := false
 		for _, at := range te.polls {
 			if at.Before(g.end) || at.After(g.end.Add(time.Hour)) {
 				continue
 			}
-			vals, ok := rowsAt(g.ds, g.env, g.end, at)[strings.Join(lv, "\xff")]
-			if !ok {
-				continue
-			}
-			for i, m := range metrics {
-				if te.simSeries(g.ds, g.env, lv, m) == g.s && vals[i] == g.v {
-					found = true
-				}
-			}
-			if found {
+			if vals, ok := rowsAt(g.ds, g.env, g.end, at)[key]; ok && vals[idx] == g.v {
+				found = true
 				break
 			}
 		}
