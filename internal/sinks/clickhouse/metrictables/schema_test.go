@@ -38,7 +38,7 @@ func TestCreateTableDDL(t *testing.T) {
 		want      []string
 	}{
 		{
-			name: "18.16 single server, retention ignored (no TTL)",
+			name:    "18.16 single server, retention ignored (no TTL)",
 			version: "18.16.1", retention: 32 * 24 * time.Hour,
 			want: []string{"CREATE DATABASE IF NOT EXISTS `cdn`", "CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors`\n(\n" +
 				"    `time` DateTime('UTC'),\n" +
@@ -55,7 +55,7 @@ func TestCreateTableDDL(t *testing.T) {
 				"ORDER BY (`granularity`, `environment_id`, `country_code`, `http_status_code`, `time`)"},
 		},
 		{
-			name: "24.8 single server with retention",
+			name:    "24.8 single server with retention",
 			version: "24.8.4.13", retention: 32 * 24 * time.Hour,
 			want: []string{"CREATE DATABASE IF NOT EXISTS `cdn`", "CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors`\n(\n" +
 				"    `time` DateTime('UTC'),\n" +
@@ -73,7 +73,7 @@ func TestCreateTableDDL(t *testing.T) {
 				"TTL `time` + INTERVAL 2764800 SECOND"},
 		},
 		{
-			name: "24.8 cluster without retention",
+			name:    "24.8 cluster without retention",
 			version: "24.8.4.13", cluster: "prod",
 			want: []string{"CREATE DATABASE IF NOT EXISTS `cdn` ON CLUSTER `prod`", "CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors_local` ON CLUSTER `prod`\n(\n" +
 				"    `time` DateTime('UTC'),\n" +
