@@ -85,6 +85,9 @@ func NewSchema(db *DB, log *slog.Logger) *Schema {
 		nodes: map[string]*nodeConn{}, ttlSet: map[string]bool{}, expiry: map[string]time.Time{}}
 }
 
+// DB returns the connection given to NewSchema.
+func (s *Schema) DB() *DB { return s.db }
+
 // Close closes the connections to the cluster's nodes (not the DB given to
 // NewSchema).
 func (s *Schema) Close() error {

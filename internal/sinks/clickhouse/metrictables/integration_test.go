@@ -35,6 +35,9 @@ type world struct {
 	api   *metricsapi.Client
 	envs  []string
 	log   *slog.Logger
+	// cluster names the ClickHouse cluster the sink writes to ("": a
+	// single server).
+	cluster string
 }
 
 // t0 is a bucket boundary the tests start at.
@@ -49,7 +52,13 @@ func testLogger(t testing.TB) *slog.Logger {
 
 func newWorld(t *testing.T, envs int) *world {
 	t.Helper()
-	ch := testenv.ClickHouse(t)
+	return newWorldOn(t, testenv.ClickHouse(t), envs)
+}
+
+// newWorldOn is newWorld with the sink writing to ch, a single server or a
+// cluster's node.
+func newWorldOn(t *testing.T, ch *testenv.ClickHouseServer, envs int) *world {
+	t.Helper()
 	w := &world{t: t, clock: fakeclock.New(t0), ch: ch, log: testLogger(t)}
 	w.sim = platformsim.New(platformsim.Config{Seed: 7, Now: w.clock.Now, Environments: envs})
 	base, err := w.sim.Start("127.0.0.1:0")
@@ -67,7 +76,7 @@ func newWorld(t *testing.T, envs int) *world {
 func (w *world) newSink(reg prometheus.Registerer) *metrictables.Sink {
 	w.t.Helper()
 	s, err := metrictables.NewSink(metrictables.SinkConfig{
-		DSN: w.dsn, Logger: w.log, Registerer: reg, Now: w.clock.Now,
+		DSN: w.dsn, Logger: w.log, Registerer: reg, Now: w.clock.Now, Cluster: w.cluster,
 		RetryMax: 300 * time.Millisecond, InsertTimeout: 10 * time.Second,
 	})
 	if err != nil {
