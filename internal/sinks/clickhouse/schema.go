@@ -112,6 +112,9 @@ type TableState struct {
 	// waits: the table takes INSERTs, but call Ensure again after
 	// RecheckInterval.
 	Complete bool
+	// SortingKey is the sorting key of the table that stores the rows (the
+	// local table of the first reachable node), as system.tables shows it.
+	SortingKey string
 }
 
 // node is one server of the cluster (or the single server).
@@ -199,6 +202,9 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 
 	st := &TableState{Complete: len(waiting) == 0}
 	for _, n := range states {
+		if st.SortingKey == "" && n.local != nil {
+			st.SortingKey = n.local.sortingKey
+		}
 		if n.db == nil {
 			st.Complete = false
 			waiting = append(waiting, fmt.Sprintf("node %s (shard %d) is out of reach: %v", n.addr, n.shard, n.err))

@@ -1,10 +1,13 @@
 package logtable
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,3 +204,98 @@ func TestBuildColumnsValues(t *testing.T) {
 }
 
 func reflectLen(v any) int { return reflect.ValueOf(v).Len() }
+
+// deliverOne delivers one json-lines batch of n records with uuids
+// prefix-0 … prefix-(n-1).
+func deliverOne(ctx context.Context, sink *Sink, prefix string, n int) error {
+	b := &accesslog.Batch{EnvironmentID: "env-1", Format: accesslog.FormatJSONLines, SeqNum: accesslog.NoSeqNum, ReceivedUnixNano: time.Now().UnixNano()}
+	for i := 0; i < n; i++ {
+		b.Records = append(b.Records, json.RawMessage(fmt.Sprintf(`{"timestamp":1763856000.5,"uuid":"%s-%d","status_code":200}`, prefix, i)))
+	}
+	return sink.Deliver(ctx, []*accesslog.Batch{b})
+}
+
+// TestTableLayout: a new access_logs is partitioned by day and sorted by
+// environment and hour ahead of the record identity.
+func TestTableLayout(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	sink := New(Config{DSN: srv.DSN(db)})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := deliverOne(ctx, sink, "u", 3); err != nil {
+		t.Fatal(err)
+	}
+	var partition, sorting string
+	if err := srv.Conn(t).QueryRow(ctx, "SELECT partition_key, sorting_key FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs'").Scan(&partition, &sorting); err != nil {
+		t.Fatal(err)
+	}
+	if partition != "toDate(timestamp)" || sorting != "environment_id, toStartOfHour(timestamp), profile_id, agent_id, datestamp, seq_num, record_key, record_index" {
+		t.Errorf("partition key %q, sorting key %q", partition, sorting)
+	}
+}
+
+// TestOldLayoutKeepsWorking: an access_logs created by an older receiver
+// (sorted by the identity only, partitioned by month) is used as it is,
+// with a warning pointing at the migration; records still collapse under
+// FINAL.
+func TestOldLayoutKeepsWorking(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	v := clickhouse.MustParseVersion("18.16.1")
+	stmts := DDL(db, "", v, accesslog.Fields())
+	old := strings.Replace(stmts[len(stmts)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
+		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1)
+	if old == stmts[len(stmts)-1] {
+		t.Fatalf("could not derive the old layout from:\n%s", old)
+	}
+	srv.Exec(t, old)
+	var logs bytes.Buffer
+	sink := New(Config{DSN: srv.DSN(db), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for range 2 {
+		if err := deliverOne(ctx, sink, "u", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := srv.QueryUint64(t, "SELECT count() FROM `"+db+"`.access_logs FINAL"); n != 10 {
+		t.Errorf("%d records under FINAL, want 10", n)
+	}
+	if n := srv.QueryUint64(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND sorting_key = 'environment_id, profile_id, agent_id, datestamp, seq_num, record_key, record_index'"); n != 1 {
+		t.Error("the old table's sorting key changed")
+	}
+	if !strings.Contains(logs.String(), "old layout") || !strings.Contains(logs.String(), "INSERT") {
+		t.Errorf("no warning about the old layout in the log:\n%s", logs.String())
+	}
+}
+
+// TestDroppedTableRecreated: access_logs dropped under a running sink: the
+// next delivery fails with a schema error (so the worker retries, nothing
+// is set aside), and the one after re-creates the table and succeeds.
+func TestDroppedTableRecreated(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	sink := New(Config{DSN: srv.DSN(db)})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := deliverOne(ctx, sink, "a", 5); err != nil {
+		t.Fatal(err)
+	}
+	srv.Exec(t, "DROP TABLE `"+db+"`.access_logs")
+	err := deliverOne(ctx, sink, "b", 5)
+	if err != nil && clickhouse.ErrorClass(err) != clickhouse.ClassSchema {
+		t.Fatalf("delivery into the dropped table: %v (class %s), want a schema error", err, clickhouse.ErrorClass(err))
+	}
+	if err != nil {
+		if err := deliverOne(ctx, sink, "b", 5); err != nil {
+			t.Fatalf("delivery after the schema error: %v", err)
+		}
+	}
+	if n := srv.QueryUint64(t, "SELECT count() FROM `"+db+"`.access_logs FINAL"); n != 5 {
+		t.Errorf("%d records in the re-created table, want 5", n)
+	}
+}
