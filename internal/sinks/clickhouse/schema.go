@@ -135,6 +135,7 @@ type nodeState struct {
 
 // tableInfo describes a table found on a node.
 type tableInfo struct {
+	engine     string
 	create     string
 	sortingKey string
 	columns    map[string]string
@@ -168,6 +169,14 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 		return nil, err
 	}
 	states := s.survey(ctx, nodes, t)
+	for _, n := range states {
+		if n.dist != nil && n.dist.engine != "Distributed" {
+			// Writing there would bypass the cluster: the operator renames
+			// it (README: migration) and Ensure creates the Distributed table.
+			return nil, fmt.Errorf("ClickHouse table %s on %s is a %s table, not the Distributed table of cluster %s: rename it (its rows can be copied into the new tables with INSERT … SELECT)",
+				s.db.Table(t.Name), n.addr, n.dist.engine, cluster)
+		}
+	}
 	preexisting := anyLocal(states)
 	if cluster != "" && allReachable(states) && !preexisting {
 		if err := s.createOnCluster(ctx, t); err != nil {
@@ -359,14 +368,14 @@ func (s *Schema) read(ctx context.Context, db *DB, t *Table, st *nodeState) erro
 		names += ", " + QuoteString(t.Name)
 	}
 	tables := map[string]*tableInfo{}
-	rows, err := db.conn.Query(ctx, "SELECT name, create_table_query, sorting_key FROM system.tables WHERE database = "+database+" AND name IN ("+names+")")
+	rows, err := db.conn.Query(ctx, "SELECT name, engine, create_table_query, sorting_key FROM system.tables WHERE database = "+database+" AND name IN ("+names+")")
 	if err != nil {
 		return fmt.Errorf("read tables of %s: %w", db.addr, err)
 	}
 	for rows.Next() {
 		var name string
 		ti := &tableInfo{columns: map[string]string{}}
-		if err := rows.Scan(&name, &ti.create, &ti.sortingKey); err != nil {
+		if err := rows.Scan(&name, &ti.engine, &ti.create, &ti.sortingKey); err != nil {
 			rows.Close()
 			return fmt.Errorf("read tables of %s: %w", db.addr, err)
 		}

@@ -156,9 +156,15 @@ func TestSchemaOnCluster(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+		// Each shard's rows are on one of its replicas at least (the other
+		// copies them from ZooKeeper's log later).
 		var onShards uint64
 		for _, shard := range []int{1, 2} {
-			onShards += c.Node(shard, 1).QueryUint64(t, "SELECT count() FROM fresh.events_local")
+			var most uint64
+			for _, n := range c.Shard(shard) {
+				most = max(most, n.QueryUint64(t, "SELECT count() FROM fresh.events_local"))
+			}
+			onShards += most
 		}
 		if onShards != 3 {
 			t.Errorf("%d rows in the shards' local tables right after the INSERT, want 3", onShards)
@@ -236,6 +242,17 @@ func TestSchemaOnCluster(t *testing.T) {
 		wantEverywhere(t, c, database, "c1", "c2", "c3")
 		if err := insertEvents(t, db, []string{"env", "at", "v", "c1"}, [][]any{{"a", time.Unix(1e9, 0), uint64(1), uint64(1)}}); err != nil {
 			t.Errorf("insert once complete: %v", err)
+		}
+	})
+
+	t.Run("a plain table under the Distributed table's name is refused", func(t *testing.T) {
+		database := "plain"
+		c.Node(1, 2).Exec(t, "CREATE DATABASE plain")
+		c.Node(1, 2).Exec(t, "CREATE TABLE plain.events (env String, at DateTime('UTC'), v UInt64) ENGINE = MergeTree ORDER BY env")
+		_, s := openCluster(t, c, c.Node(1, 1), database)
+		_, err := ensure(t, s, eventsTable())
+		if err == nil || !strings.Contains(err.Error(), "not the Distributed table") {
+			t.Fatalf("Ensure with a MergeTree events on %s: %v, want an error naming it", c.Node(1, 2).ReplicaName, err)
 		}
 	})
 

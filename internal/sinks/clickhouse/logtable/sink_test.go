@@ -299,3 +299,49 @@ func TestDroppedTableRecreated(t *testing.T) {
 		t.Errorf("%d records in the re-created table, want 5", n)
 	}
 }
+
+// TestMigrationRecipe follows the README's migration of an old-layout
+// access_logs while the receiver keeps delivering: RENAME it away, the
+// sink re-creates access_logs in the new layout at its next delivery, and
+// INSERT … SELECT * copies the old rows; a record delivered before and
+// after the rename still counts once.
+func TestMigrationRecipe(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	stmts := DDL(db, "", clickhouse.MustParseVersion("18.16.1"), accesslog.Fields())
+	srv.Exec(t, strings.Replace(stmts[len(stmts)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
+		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1))
+	sink := New(Config{DSN: srv.DSN(db)})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := deliverOne(ctx, sink, "old", 10); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Exec(t, "RENAME TABLE `"+db+"`.access_logs TO `"+db+"`.access_logs_old")
+	// The worker retries a delivery that failed; the sink repairs first.
+	deliver := func(prefix string) {
+		t.Helper()
+		err := deliverOne(ctx, sink, prefix, 10)
+		if err != nil && clickhouse.IsSchemaError(err) {
+			err = deliverOne(ctx, sink, prefix, 10)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver("new")
+	deliver("old") // redelivered after the rename
+	srv.Exec(t, "INSERT INTO `"+db+"`.access_logs SELECT * FROM `"+db+"`.access_logs_old")
+
+	if n := srv.QueryUint64(t, "SELECT count() FROM `"+db+"`.access_logs FINAL"); n != 20 {
+		t.Errorf("%d records under FINAL after the migration, want 20", n)
+	}
+	if n := srv.QueryUint64(t, "SELECT uniqExact(uuid) FROM `"+db+"`.access_logs"); n != 20 {
+		t.Errorf("%d distinct uuids after the migration, want 20", n)
+	}
+	if n := srv.QueryUint64(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs' AND sorting_key LIKE '%toStartOfHour%'"); n != 1 {
+		t.Error("the re-created access_logs does not have the new layout")
+	}
+}
