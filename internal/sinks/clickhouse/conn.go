@@ -1,9 +1,11 @@
 // Package clickhouse is what both programs' ClickHouse sinks share: a
 // connection over the native protocol that knows the server's version
-// (conn.go) and the classification of server errors (errors.go). The tables
-// live in one package per program: metrictables (the exporter's table per
-// metrics dataset) and logtable (the receiver's access_logs), so neither
-// binary links the other's code.
+// (conn.go), the classification of server errors (errors.go), and the schema
+// manager that creates and repairs tables on a single server or on every
+// node of a cluster (table.go, schema.go). The tables themselves live in one
+// package per program: metrictables (the exporter's table per metrics
+// dataset) and logtable (the receiver's access_logs), so neither binary
+// links the other's code.
 //
 // Every table is a ReplacingMergeTree, so writing a row again is harmless:
 // `SELECT … FINAL` shows one row per key with the newest values. Writers
@@ -18,6 +20,13 @@
 //	err = db.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+db.Table("t")+" (…) ENGINE = …")
 //	err = db.Insert(ctx, "t", []string{"a", "b"}, [][]any{{1, "x"}, {2, "y"}})
 //	err = db.InsertColumns(ctx, "t", []string{"a", "b"}, []any{[]uint64{1, 2}, []string{"x", "y"}})
+//
+// # Keeping a table in shape
+//
+//	db, err := clickhouse.Open(ctx, dsn, clickhouse.WithCluster("prod")) // or no cluster
+//	schema := clickhouse.NewSchema(db, log)
+//	state, err := schema.Ensure(ctx, &clickhouse.Table{Name: "t", Columns: …, Engine: "ReplacingMergeTree", …})
+//	// insert into "t"; on an error of ClassSchema call Ensure again, then retry
 //
 // Open parses a DSN of the form `clickhouse://user:password@host:9000/db?dial_timeout=5s`
 // (clickhouse-go's ParseDSN: secure, skip_verify, compress, … work; the

@@ -43,10 +43,15 @@ import (
 //
 // A node out of reach leaves the table incomplete (TableState.Complete) but
 // writable: the next Ensure completes it once the node is back.
+//
+// A Schema is safe for concurrent use; Ensure and Expire run one at a time.
 type Schema struct {
 	db         *DB
 	log        *slog.Logger
 	ddlTimeout time.Duration
+
+	// run serializes Ensure and Expire.
+	run sync.Mutex
 
 	mu     sync.Mutex
 	nodes  map[string]*nodeConn
@@ -160,6 +165,8 @@ func (ti *tableInfo) lacks(cols []Column) []Column {
 // a change must wait; transient), and other errors when the DSN's server
 // cannot be read or a statement fails.
 func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
+	s.run.Lock()
+	defer s.run.Unlock()
 	cluster := s.db.cluster
 	if cluster != "" && t.ShardingKey == "" {
 		return nil, fmt.Errorf("ClickHouse table %s: no sharding key for the Distributed table", t.Name)
@@ -693,6 +700,8 @@ func (s *Schema) Expire(ctx context.Context, t *Table, now time.Time) (int, erro
 	s.expiry[local] = now
 	s.mu.Unlock()
 
+	s.run.Lock()
+	defer s.run.Unlock()
 	nodes, err := s.topology(ctx)
 	if err != nil {
 		return 0, err

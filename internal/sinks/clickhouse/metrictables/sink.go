@@ -33,7 +33,9 @@ type SinkConfig struct {
 	// environment or a file, never a flag).
 	Password string
 	// Retention, when positive, becomes the tables' TTL on servers that
-	// have TTL (19.6+); 0 keeps rows forever.
+	// have TTL (19.6+); on older servers whole monthly partitions are
+	// dropped once all their rows are older (clickhouse.Schema.Expire). 0
+	// keeps rows forever.
 	Retention time.Duration
 	// Cluster, when set, names the cluster (remote_servers) the DSN's
 	// server belongs to: every dataset gets a Replicated <dataset>_local on
@@ -510,9 +512,6 @@ func (s *Sink) connect(ctx context.Context) (*clickhouse.DB, error) {
 	s.db, s.schema = db, clickhouse.NewSchema(db, s.log)
 	return db, nil
 }
-
-// DB returns the sink's connection, opening it if needed.
-func (s *Sink) DB(ctx context.Context) (*clickhouse.DB, error) { return s.connect(ctx) }
 
 // Schema returns the sink's schema manager (the tables of its connection,
 // on its cluster), connecting if needed.
