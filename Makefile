@@ -39,7 +39,7 @@ demo: ## run simulator, exporter and receiver on loopback; Ctrl-C stops all
 test: ## the whole suite, integration tests included (real services; see `make deps`)
 	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
 
-deps: ## install clickhouse-server, clickhouse-client, prometheus, kcat (apt) and helm, if missing
+deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper (apt) and helm, build the test OpenTelemetry Collector; only what is missing
 	@./scripts/deps.sh
 
 bench: bench-scrape bench-clickhouse bench-receiver ## the benchmarks whose results the README records

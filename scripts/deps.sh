@@ -4,6 +4,9 @@
 #   apt: clickhouse-server clickhouse-client prometheus kcat zookeeper (Debian 12
 #        packages; zookeeper is jars run with java, for the ClickHouse cluster tests)
 #   go:  helm (for `make helm-lint` and the chart tests)
+#   the OpenTelemetry Collector the OTLP tests run (internal/testenv), built
+#   with the official builder into the user's cache directory: minutes the
+#   first time, skipped when that build exists or EDGEPIPE_OTELCOL is set
 # The packages' own services are not started (policy-rc.d) and, if an
 # install started them anyway, stopped and disabled: tests start their own
 # instances on free loopback ports.
@@ -85,4 +88,12 @@ if ! have helm && [ ! -x "$($GO env GOPATH)/bin/helm" ]; then
 	CGO_ENABLED=0 $GO install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 else
 	echo "deps: helm already installed"
+fi
+
+if [ -n "${EDGEPIPE_OTELCOL:-}" ]; then
+	echo "deps: OpenTelemetry Collector from EDGEPIPE_OTELCOL=$EDGEPIPE_OTELCOL"
+else
+	# Prints the cached binary's path; builds it only if it is missing.
+	otelcol=$(cd "$(dirname "$0")/.." && $GO run ./internal/testenv/cmd/otelcol-build)
+	echo "deps: OpenTelemetry Collector for the tests: $otelcol"
 fi

@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/backfill"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 )
 
@@ -56,20 +57,29 @@ func (e *backfillExtension) run(ctx context.Context, h *host) error {
 	if !e.ch.enabled() {
 		return errors.New("backfill: --clickhouse.dsn (or EDGEPIPE_CLICKHOUSE_DSN) is required")
 	}
-	now := time.Now
-	t := now()
-	from, err := parseInstant(e.from, t)
-	if err != nil {
-		return fmt.Errorf("--from: %w", err)
-	}
-	to, err := parseInstant(e.to, t)
-	if err != nil {
-		return fmt.Errorf("--to: %w", err)
-	}
+	// --from, --to and the current bucket are read on the platform's
+	// clock (the Date of its answers), so a machine whose clock runs ahead
+	// does not record buckets the platform has not finished as loaded.
+	clock := schedule.NewPlatformClock(nil)
+	h.platformClock = clock
 	g := h.common.granularity
-	from, to = g.Truncate(from), g.Truncate(to.Add(g.Duration()-time.Nanosecond))
-	if !from.Before(to) {
-		return fmt.Errorf("backfill: --from %s is not before --to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	span := func(now time.Time) (time.Time, time.Time, error) {
+		from, err := parseInstant(e.from, now)
+		if err != nil {
+			return from, from, fmt.Errorf("--from: %w", err)
+		}
+		to, err := parseInstant(e.to, now)
+		if err != nil {
+			return from, to, fmt.Errorf("--to: %w", err)
+		}
+		from, to = g.Truncate(from), g.Truncate(to.Add(g.Duration()-time.Nanosecond))
+		if !from.Before(to) {
+			return from, to, fmt.Errorf("backfill: --from %s is not before --to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
+		}
+		return from, to, nil
+	}
+	if _, _, err := span(clock.Now()); err != nil {
+		return err // before contacting the platform
 	}
 
 	cl, err := h.clients(ctx)
@@ -87,6 +97,13 @@ func (e *backfillExtension) run(ctx context.Context, h *host) error {
 	dss, err := pickDatasets(all, e.datasets)
 	if err != nil {
 		return err
+	}
+	from, to, err := span(clock.Now())
+	if err != nil {
+		return err
+	}
+	if skew, ok := clock.Skew(); ok && skew.Abs() > time.Minute {
+		h.log.Warn("the platform's clock and this machine's differ; the backfill follows the platform's", "skew", skew.Round(time.Second))
 	}
 
 	sink, err := e.ch.newSink(h, nil)
@@ -123,7 +140,7 @@ func (e *backfillExtension) run(ctx context.Context, h *host) error {
 	sum, err := backfill.Run(ctx, backfill.Config{
 		Datasets: dss, Environments: envs, Granularity: g, From: from, To: to,
 		Fetcher: cl.Metrics, Writer: sink, Progress: progress, Reporter: reporter,
-		Logger: h.log.With("component", "backfill"), Now: now,
+		Logger: h.log.With("component", "backfill"), Now: clock.Now,
 	})
 	if err != nil {
 		if ctx.Err() != nil {

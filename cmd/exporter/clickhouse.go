@@ -91,7 +91,12 @@ func (f *clickhouseFlags) newSink(h *host, reg prometheus.Registerer) (*metricta
 	if f.insertQuorum < 0 || (f.insertQuorum > 1 && f.cluster == "") {
 		return nil, fmt.Errorf("--clickhouse.insert-quorum %d: want 0 or more, and above 1 only with --clickhouse.cluster (a quorum counts replicas)", f.insertQuorum)
 	}
+	var now func() time.Time // the platform's clock when the command follows it
+	if h.platformClock != nil {
+		now = h.platformClock.Now
+	}
 	sink, err := metrictables.NewSink(metrictables.SinkConfig{
+		Now:          now,
 		DSN:          strings.TrimSpace(f.dsn),
 		Password:     pw,
 		Retention:    time.Duration(f.retention),

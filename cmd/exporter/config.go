@@ -141,6 +141,9 @@ type host struct {
 	// apiObserver is told about every API request (self-metrics); set by
 	// the run command before clients is first called.
 	apiObserver platform.Observer
+	// platformClock follows the platform's clock through the Date headers
+	// of the API's answers; commands set it before clients is first called.
+	platformClock *schedule.PlatformClock
 	// rateLimits overrides the client's default budgets (tests).
 	rateLimits map[string]platform.Limits
 	// simConfig configures the simulator under --simulate (tests).
@@ -201,6 +204,7 @@ func (h *host) clients(ctx context.Context) (*apiClients, error) {
 		Logger:       h.log.With("component", "platform"),
 		Observer:     h.apiObserver,
 		Version:      h.version,
+		DateObserver: dateObserver(h.platformClock),
 		RateLimits:   h.rateLimits,
 	})
 	if err != nil {
@@ -208,6 +212,14 @@ func (h *host) clients(ctx context.Context) (*apiClients, error) {
 	}
 	h.built = &apiClients{Platform: pc, Metrics: metricsapi.NewClient(pc.Metrics()), Accounts: pc.Accounts()}
 	return h.built, nil
+}
+
+// dateObserver returns pc as a platform.DateObserver, nil when pc is nil.
+func dateObserver(pc *schedule.PlatformClock) platform.DateObserver {
+	if pc == nil {
+		return nil
+	}
+	return pc
 }
 
 // environments returns the sharded environment discovery of the flags; call

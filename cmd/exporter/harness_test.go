@@ -49,6 +49,7 @@ type testOptions struct {
 	sim    platformsim.Config
 	common func(*commonFlags)
 	run    func(*runFlags)
+	exts   []extension // optional parts (the ClickHouse sink), set up as given
 }
 
 // startSim starts a simulator with cfg on loopback until the test ends and
@@ -111,7 +112,7 @@ func startExporter(t *testing.T, o testOptions) *testExporter {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *exporter, 1)
 	done := make(chan error, 1)
-	go func() { done <- runExporter(ctx, h, rf, nil, runDeps{clock: clock, listener: l, ready: ready}) }()
+	go func() { done <- runExporter(ctx, h, rf, o.exts, runDeps{clock: clock, listener: l, ready: ready}) }()
 	te := &testExporter{t: t, sim: sim, clock: clock, url: "http://" + addrs[0], addr: addrs[0]}
 	select {
 	case te.x = <-ready:
@@ -142,7 +143,9 @@ func startExporter(t *testing.T, o testOptions) *testExporter {
 	}
 	te.loops = datasets + 1
 	te.settle()
-	te.firstFrom = metricsapi.FiveMinutes.Truncate(start).Add(-30 * time.Minute)
+	// The first poll reaches back the settle window from the platform's
+	// current bucket.
+	te.firstFrom = metricsapi.FiveMinutes.Truncate(start.Add(simCfg.ClockOffset)).Add(-30 * time.Minute)
 	return te
 }
 

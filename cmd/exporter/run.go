@@ -111,11 +111,8 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 	}()
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	schedDone := make(chan struct{})
-	go func() {
-		defer close(schedDone)
-		x.sched.Run(runCtx)
-	}()
+	schedErr := make(chan error, 1)
+	go func() { schedErr <- x.sched.Run(runCtx) }()
 	if deps.ready != nil {
 		deps.ready <- x
 	}
@@ -123,15 +120,23 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 		"settle_window", x.sched.SettleWindow(), "shard", fmt.Sprintf("%d/%d", h.common.shard.Index, h.common.shard.Count))
 
 	var result error
+	schedDone := false
 	select {
 	case <-ctx.Done():
 	case err := <-srvErr:
 		if !errors.Is(err, http.ErrServerClosed) {
 			result = fmt.Errorf("web server: %w", err)
 		}
+	case err := <-schedErr:
+		// Only a configuration error (an unknown --dataset) ends the
+		// scheduler before ctx does.
+		schedDone = true
+		result = err
 	}
 	cancel()
-	<-schedDone
+	if !schedDone {
+		<-schedErr
+	}
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srv.Shutdown(sctx)
 	scancel()
@@ -145,17 +150,23 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	if x.reg == nil {
 		x.reg = prometheus.NewRegistry()
 	}
-	clock := deps.clock
-	if clock == nil {
-		clock = schedule.RealClock{}
+	// The platform's clock is the clock: polls are planned by the Date
+	// headers of the API's answers, the local clock only sleeps.
+	local := deps.clock
+	if local == nil {
+		local = schedule.RealClock{}
 	}
+	clock := schedule.NewPlatformClock(local)
 	vi := version.Get()
 	self, err := promsink.NewSelfMetrics(x.reg, promsink.BuildInfo{Version: vi.Version, Revision: vi.Revision, GoVersion: runtime.Version()}, clock.Now)
 	if err != nil {
 		return nil, fmt.Errorf("self-metrics: %w", err)
 	}
+	self.SetClockSkew(clock.Skew)
+	self.ExpectDatasets(f.datasets)
 	x.self = self
 	h.apiObserver = self
+	h.platformClock = clock
 	h.registerer = x.reg
 	cl, err := h.clients(ctx)
 	if err != nil {

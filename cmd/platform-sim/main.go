@@ -51,6 +51,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		retryAfter    = app.Flag("fault.retry-after", "Retry-After of injected 429 responses.").Default("1s").Duration()
 		rate5xx       = app.Flag("fault.rate-5xx", "Share of API requests answered 500 or 503 (0..1).").Default("0").Float64()
 		latency       = app.Flag("fault.latency", "Delay added to every API response.").Default("0s").Duration()
+		badValues     = app.Flag("fault.bad-values", "Replace a share of the metric values of data rows by values that are not: null, nan (\"NaN\"), infinity (\"Infinity\"), negative (-12345, counts only) or text (\"n/a\").").
+				Enum("null", "nan", "infinity", "negative", "text")
+		badValueRate  = app.Flag("fault.bad-value-rate", "Share of metric values --fault.bad-values replaces (0..1).").Default("0.1").Float64()
+		malformedRows = app.Flag("fault.malformed-rows", "Share of data rows replaced by a malformed row (wrong number of values, or an object) (0..1).").Default("0").Float64()
+		clockOffset   = app.Flag("fault.clock-offset", "How far the platform's clock runs ahead of this machine's (negative: behind), e.g. -40m; moves the data, token expiry and the Date header.").Default("0s").Duration()
 		rateLimits    = app.Flag("api.rate-limits", "Enforce the per-client rate limits of the spec (accounts: 2,000 GET per 5 minutes); --no-api.rate-limits disables.").Default("true").Bool()
 		recordsPerSec = app.Flag("delivery.records-per-second", "Access-log records generated per second for each enabled RTLD profile.").Default("5").Float64()
 		batchSize     = app.Flag("delivery.batch-size", "Most records in one delivered log batch.").Default("500").Int()
@@ -70,7 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 
-	for name, v := range map[string]float64{"fault.rate-429": *rate429, "fault.rate-5xx": *rate5xx} {
+	for name, v := range map[string]float64{"fault.rate-429": *rate429, "fault.rate-5xx": *rate5xx,
+		"fault.bad-value-rate": *badValueRate, "fault.malformed-rows": *malformedRows} {
 		if v < 0 || v > 1 {
 			return fmt.Errorf("--%s must be between 0 and 1, got %v", name, v)
 		}
@@ -81,8 +87,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		LateData:      *lateData,
 		Properties:    *properties,
 		Environments:  *environments,
-		Faults:        platformsim.Faults{Rate429: *rate429, RetryAfter: *retryAfter, Rate5xx: *rate5xx, Latency: *latency},
-		RateLimits:    *rateLimits,
+		ClockOffset:   *clockOffset,
+		Faults: platformsim.Faults{Rate429: *rate429, RetryAfter: *retryAfter, Rate5xx: *rate5xx, Latency: *latency,
+			BadValues: platformsim.BadValue(*badValues), BadValueRate: *badValueRate, MalformedRowRate: *malformedRows},
+		RateLimits: *rateLimits,
 		Delivery: platformsim.DeliveryConfig{
 			RecordsPerSecond:      *recordsPerSec,
 			BatchSize:             *batchSize,

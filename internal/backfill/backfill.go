@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -29,8 +30,10 @@ import (
 )
 
 // Fetcher sends one planned data request; *metricsapi.Client implements it.
+// Values that are not values read NaN; the Problems count them and the
+// malformed rows left out.
 type Fetcher interface {
-	Fetch(ctx context.Context, r metricsapi.Request) ([]metricsapi.Row, error)
+	Fetch(ctx context.Context, r metricsapi.Request) ([]metricsapi.Row, metricsapi.Problems, error)
 }
 
 // Writer stores a batch before returning; *clickhouse.Sink implements it.
@@ -103,6 +106,12 @@ type Summary struct {
 	Chunks, Skipped, Loaded int
 	// Rows written by this run.
 	Rows int
+	// Incomplete counts the chunks this run loaded only in part: their
+	// answers held malformed rows, or rows without a value for every
+	// count. Their good rows were written but the chunks are not recorded
+	// as done, so running again loads them whole once the platform's
+	// answers are sound.
+	Incomplete int
 	// Elapsed is how long the run took.
 	Elapsed time.Duration
 	// Clamped lists datasets whose range was shortened to their retention.
@@ -236,18 +245,25 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			rows, err := loadChunk(ctx, cfg, c, log)
+			rows, complete, err := loadChunk(ctx, cfg, c, log)
 			if err != nil {
 				return err
 			}
 			sum.Loaded++
 			sum.Rows += rows
+			if !complete {
+				sum.Incomplete++
+			}
 			if cfg.Reporter != nil {
 				cfg.Reporter.Chunk(c, rows)
 			}
 		}
 		return nil
 	}()
+	if err == nil && sum.Incomplete > 0 {
+		err = fmt.Errorf("backfill: %d chunks held values that are not numbers or malformed rows; their other rows are loaded, "+
+			"run the same command again to load the rest", sum.Incomplete)
+	}
 	sum.Elapsed = time.Since(start)
 	if cfg.Reporter != nil {
 		cfg.Reporter.Finish(sum, err)
@@ -255,33 +271,64 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	return sum, err
 }
 
-// loadChunk fetches, writes and records one chunk.
-func loadChunk(ctx context.Context, cfg Config, c Chunk, log *slog.Logger) (int, error) {
+// loadChunk fetches, writes and records one chunk. A row without a value
+// for every count is not written (the table would read 0 there, and replace
+// a good row an earlier load wrote); a chunk with such rows, or with
+// malformed ones, is written but not recorded as done (complete is false).
+func loadChunk(ctx context.Context, cfg Config, c Chunk, log *slog.Logger) (n int, complete bool, err error) {
 	r := c.Request
 	where := fmt.Sprintf("%s %s..%s (%d environments)", r.Dataset,
 		r.Start.UTC().Format(time.RFC3339), r.End.UTC().Format(time.RFC3339), len(r.Environments))
-	rows, err := cfg.Fetcher.Fetch(ctx, r)
+	rows, probs, err := cfg.Fetcher.Fetch(ctx, r)
 	if err != nil {
-		return 0, fmt.Errorf("backfill: fetch %s: %w", where, err)
+		return 0, false, fmt.Errorf("backfill: fetch %s: %w", where, err)
+	}
+	isCount := make([]bool, len(r.Metrics))
+	for i, m := range r.Metrics {
+		isCount[i] = metricsapi.Classify(m).Kind == metricsapi.KindCount
 	}
 	b := &schedule.Batch{Dataset: c.Dataset, Granularity: r.Granularity, Labels: r.Labels, Metrics: r.Metrics,
-		Updates: make([]schedule.Update, len(rows))}
+		Updates: make([]schedule.Update, 0, len(rows))}
+	left := 0
 	for i := range rows {
-		b.Updates[i].Row = rows[i]
+		if !countsComplete(rows[i].Values, isCount) {
+			left++
+			continue
+		}
+		b.Updates = append(b.Updates, schedule.Update{Row: rows[i]})
 	}
 	rows = nil
+	complete = left == 0 && probs.InvalidRows() == 0
+	if !probs.Empty() {
+		log.Warn("backfill: the platform sent values that are not numbers or malformed rows",
+			"chunk", where, "invalid_values", probs.Values, "value_example", probs.ValueExample,
+			"invalid_rows", probs.Rows, "row_example", probs.RowExample, "rows_left_out", left+probs.InvalidRows())
+	}
 	notify := backoff.WithNotify(func(err error, d time.Duration) {
 		log.Warn("backfill: write failed, retrying", "chunk", where, "err", err, "retry_in", d)
 	})
-	n, err := backoff.Retry(ctx, func() (int, error) { return cfg.Writer.Write(ctx, b) },
+	n, err = backoff.Retry(ctx, func() (int, error) { return cfg.Writer.Write(ctx, b) },
 		backoff.WithMaxTries(cfg.MaxTries), notify, backoff.WithMaxElapsedTime(5*time.Minute))
 	if err != nil {
-		return 0, fmt.Errorf("backfill: write %s: %w", where, err)
+		return 0, false, fmt.Errorf("backfill: write %s: %w", where, err)
+	}
+	if !complete {
+		return n, false, nil
 	}
 	_, err = backoff.Retry(ctx, func() (struct{}, error) { return struct{}{}, cfg.Progress.MarkDone(ctx, c, n) },
 		backoff.WithMaxTries(cfg.MaxTries), notify, backoff.WithMaxElapsedTime(5*time.Minute))
 	if err != nil {
-		return 0, fmt.Errorf("backfill: record progress of %s: %w", where, err)
+		return 0, false, fmt.Errorf("backfill: record progress of %s: %w", where, err)
 	}
-	return n, nil
+	return n, true, nil
+}
+
+// countsComplete reports whether vals has a value (not NaN) for every count.
+func countsComplete(vals []float64, isCount []bool) bool {
+	for i, v := range vals {
+		if isCount[i] && math.IsNaN(v) {
+			return false
+		}
+	}
+	return true
 }

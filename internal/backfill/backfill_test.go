@@ -293,6 +293,56 @@ func (c *cancelAfter) Chunk(backfill.Chunk, int) {
 }
 func (c *cancelAfter) Finish(backfill.Summary, error) {}
 
+// TestBackfillValuesThatAreNot: chunks whose answers hold values that are
+// not numbers or malformed rows load their good rows, never write a row
+// without every count (a 0 there would replace a good row), are not
+// recorded as done, and the run says so; run again against sound answers,
+// the same chunks load whole and the table equals the simulator.
+func TestBackfillValuesThatAreNot(t *testing.T) {
+	f := newFixture(t)
+	f.dss = slices.DeleteFunc(f.dss, func(d metricsapi.Dataset) bool { return d.Name != "edge_errors" })
+	ds := &f.dss[0]
+	bad := platformsim.Faults{BadValues: platformsim.BadNull, BadValueRate: 0.3, MalformedRowRate: 0.1}
+
+	// Stored good rows are not replaced by a bad answer.
+	from, to := now.Add(-6*time.Hour), now.Add(-3*time.Hour)
+	if _, err := backfill.Run(context.Background(), f.config(t, from, to)); err != nil {
+		t.Fatal(err)
+	}
+	truth := chtest.Truth(t, f.api, ds, f.envs, from, to)
+	f.sim.SetFaults(bad)
+	cfg := f.config(t, from, to)
+	cfg.Progress = backfill.Fresh{Progress: cfg.Progress} // load everything again
+	sum, err := backfill.Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "run the same command again") || sum.Incomplete == 0 {
+		t.Fatalf("run with bad answers: %+v, %v; want incomplete chunks and the advice to run again", sum, err)
+	}
+	if chtest.Compare(t, ds, truth, chtest.Stored(t, f.conn, f.db, ds, from, to)) > 0 {
+		t.Error("the bad answers changed stored rows")
+	}
+
+	// A range first loaded from bad answers is not recorded as done: the
+	// same command, once the answers are sound, loads it whole.
+	from, to = now.Add(-3*time.Hour), now
+	sum, err = backfill.Run(context.Background(), f.config(t, from, to))
+	if err == nil || sum.Incomplete != sum.Loaded || sum.Loaded == 0 {
+		t.Fatalf("run with bad answers: %+v, %v; want every chunk incomplete", sum, err)
+	}
+	t.Logf("with bad answers: %+v (%v)", sum, err)
+	f.sim.SetFaults(platformsim.Faults{})
+	truth = chtest.Truth(t, f.api, ds, f.envs, from, to)
+	sum, err = backfill.Run(context.Background(), f.config(t, from, to))
+	if err != nil || sum.Skipped != 0 || sum.Loaded != sum.Chunks || sum.Incomplete != 0 {
+		t.Fatalf("run again: %+v, %v; want every chunk loaded whole", sum, err)
+	}
+	if chtest.Compare(t, ds, truth, chtest.Stored(t, f.conn, f.db, ds, from, to)) > 0 {
+		t.Error("stored rows differ from the simulator")
+	}
+	if sum, err = backfill.Run(context.Background(), f.config(t, from, to)); err != nil || sum.Skipped != sum.Chunks {
+		t.Errorf("third run: %+v, %v; want everything recorded as done", sum, err)
+	}
+}
+
 // TestBackfillOnCluster loads two days of one dataset into a 2-shard ×
 // 2-replica ClickHouse cluster, interrupted after two chunks and resumed
 // through another node: the progress table is replicated and read through

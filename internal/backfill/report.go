@@ -98,6 +98,10 @@ func summaryLine(s Summary, err error) string {
 	if err != nil {
 		status = "stopped (" + err.Error() + "); run the same command again to resume"
 	}
-	return fmt.Sprintf("backfill %s: %d chunks loaded now, %d loaded earlier, %d of %d left, %d rows in %s",
-		status, s.Loaded, s.Skipped, s.Chunks-s.Loaded-s.Skipped, s.Chunks, s.Rows, s.Elapsed.Round(time.Millisecond))
+	incomplete := ""
+	if s.Incomplete > 0 {
+		incomplete = fmt.Sprintf(" (%d of them in part)", s.Incomplete)
+	}
+	return fmt.Sprintf("backfill %s: %d chunks loaded now%s, %d loaded earlier, %d of %d left, %d rows in %s",
+		status, s.Loaded, incomplete, s.Skipped, s.Chunks-s.Loaded-s.Skipped, s.Chunks, s.Rows, s.Elapsed.Round(time.Millisecond))
 }

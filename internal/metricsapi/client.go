@@ -131,7 +131,8 @@ func (c *Client) Data(ctx context.Context, q Query) (*Result, error) {
 		return res, nil
 	}
 	parts := make([][]Row, len(reqs))
-	if err := c.runAll(ctx, reqs, parts); err != nil {
+	probs := make([]Problems, len(reqs))
+	if err := c.runAll(ctx, reqs, parts, probs); err != nil {
 		return nil, err
 	}
 	n := 0
@@ -139,8 +140,9 @@ func (c *Client) Data(ctx context.Context, q Query) (*Result, error) {
 		n += len(p)
 	}
 	res.Rows = make([]Row, 0, n)
-	for _, p := range parts {
+	for i, p := range parts {
 		res.Rows = append(res.Rows, p...)
+		res.Problems.Add(probs[i])
 	}
 	res.Requests = len(reqs)
 	return res, nil
@@ -192,9 +194,9 @@ func check(d *Dataset, q Query) error {
 }
 
 // runAll runs reqs with at most c.concurrency at a time, storing each one's
-// rows at its index. The first error cancels the rest; every goroutine has
-// ended when it returns.
-func (c *Client) runAll(ctx context.Context, reqs []Request, parts [][]Row) error {
+// rows and problems at its index. The first error cancels the rest; every
+// goroutine has ended when it returns.
+func (c *Client) runAll(ctx context.Context, reqs []Request, parts [][]Row, probs []Problems) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	next := make(chan int)
@@ -206,12 +208,12 @@ func (c *Client) runAll(ctx context.Context, reqs []Request, parts [][]Row) erro
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				rows, err := c.Fetch(ctx, reqs[i])
+				rows, p, err := c.Fetch(ctx, reqs[i])
 				if err != nil {
 					once.Do(func() { firstErr = err; cancel(err) })
 					continue
 				}
-				parts[i] = rows
+				parts[i], probs[i] = rows, p
 			}
 		}()
 	}
@@ -236,18 +238,21 @@ feed:
 	return nil
 }
 
-// Fetch sends one planned request and decodes its rows.
-func (c *Client) Fetch(ctx context.Context, r Request) ([]Row, error) {
+// Fetch sends one planned request and decodes its rows. Values that are
+// not values read NaN and malformed rows are left out; the Problems count
+// both (see decodeRows). Only a failed request or an answer that cannot be
+// parsed is an error.
+func (c *Client) Fetch(ctx context.Context, r Request) ([]Row, Problems, error) {
 	var resp dataResponse
 	path := "/datasets/" + url.PathEscape(r.Dataset) + "/data"
 	if err := c.api.Do(ctx, http.MethodPost, path, nil, r.Body(), &resp); err != nil {
-		return nil, fmt.Errorf("query %s %s..%s (%d environments): %w",
+		return nil, Problems{}, fmt.Errorf("query %s %s..%s (%d environments): %w",
 			r.Dataset, r.Start.UTC().Format(wireTime), r.End.UTC().Format(wireTime), len(r.Environments), err)
 	}
-	rows, err := decodeRows(&r, &resp)
+	rows, probs, err := decodeRows(&r, &resp)
 	if err != nil {
-		return nil, fmt.Errorf("query %s %s..%s: %w",
+		return nil, Problems{}, fmt.Errorf("query %s %s..%s: %w",
 			r.Dataset, r.Start.UTC().Format(wireTime), r.End.UTC().Format(wireTime), err)
 	}
-	return rows, nil
+	return rows, probs, nil
 }

@@ -29,47 +29,58 @@ type dataResponse struct {
 const rowChunk = 1024
 
 // decodeRows turns the rows of one answer to r into Rows. Fields are found by
-// name in any order; fields not asked for are ignored; a metric the answer
-// lacks reads as NaN. Values may be JSON numbers or numeric strings.
-func decodeRows(r *Request, resp *dataResponse) ([]Row, error) {
-	fail := func(format string, a ...any) error {
-		return fmt.Errorf("dataset %s: %s", r.Dataset, fmt.Sprintf(format, a...))
+// name in any order; fields not asked for are ignored. Values may be JSON
+// numbers or numeric strings; a value that is not one (see Invalid*) reads
+// as NaN, so the bucket has no value for that metric, and is counted in the
+// Problems. A malformed row (see Row*) is skipped and counted; the others
+// are used. Only an answer whose data_fields do not match the request, or
+// whose data_rows are not a JSON array of rows, is an error.
+func decodeRows(r *Request, resp *dataResponse) ([]Row, Problems, error) {
+	var probs Problems
+	fail := func(format string, a ...any) ([]Row, Problems, error) {
+		return nil, Problems{}, fmt.Errorf("dataset %s: %s", r.Dataset, fmt.Sprintf(format, a...))
 	}
 	index := make(map[string]int, len(resp.DataFields))
 	for i, f := range resp.DataFields {
 		if _, dup := index[f.Name]; dup {
-			return nil, fail("data field %q appears twice", f.Name)
+			return fail("data field %q appears twice", f.Name)
 		}
 		index[f.Name] = i
 	}
 	timeIdx, ok := index[DimensionTime]
 	if !ok {
-		return nil, fail("answer has no %s field", DimensionTime)
+		return fail("answer has no %s field", DimensionTime)
 	}
 	envIdx, ok := index[DimensionEnvironment]
 	if !ok {
 		if len(r.Environments) != 1 {
-			return nil, fail("answer has no %s field", DimensionEnvironment)
+			return fail("answer has no %s field", DimensionEnvironment)
 		}
 		envIdx = -1
+	}
+	asked := make(map[string]bool, len(r.Environments))
+	for _, e := range r.Environments {
+		asked[e] = true
 	}
 	labelIdx := make([]int, len(r.Labels))
 	labelNumeric := make([]bool, len(r.Labels))
 	for i, l := range r.Labels {
 		j, ok := index[l]
 		if !ok {
-			return nil, fail("answer has no field for dimension %q", l)
+			return fail("answer has no field for dimension %q", l)
 		}
 		labelIdx[i] = j
 		labelNumeric[i] = resp.DataFields[j].DataType == TypeNumber
 	}
 	metricIdx := make([]int, len(r.Metrics))
+	isCount := make([]bool, len(r.Metrics))
 	for i, m := range r.Metrics {
 		j, ok := index[m]
 		if !ok {
 			j = -1
 		}
 		metricIdx[i] = j
+		isCount[i] = Classify(m).Kind == KindCount
 	}
 
 	var (
@@ -86,21 +97,42 @@ func decodeRows(r *Request, resp *dataResponse) ([]Row, error) {
 		labelSeen[i] = map[string]string{}
 	}
 	sc := newRowScanner(resp.DataRows)
-	for n := 0; ; n++ {
-		raw, ok, err := sc.next()
+	var (
+		sr scannedRow
+		n  int
+	)
+	skip := func(reason, format string, a ...any) {
+		probs.row(reason, func() string {
+			return fmt.Sprintf("row %d %s: %s", n, abbrev(sr.raw), fmt.Sprintf(format, a...))
+		})
+	}
+	for ; ; n++ {
+		var ok bool
+		var err error
+		sr, ok, err = sc.next()
 		if err != nil {
-			return nil, fail("row %d: %v", n, err)
+			return fail("row %d: %v", n, err)
 		}
 		if !ok {
 			break
 		}
+		raw := sr.vals
+		if !sr.array {
+			skip(RowNotArray, "not an array")
+			continue
+		}
 		if len(raw) != len(resp.DataFields) {
-			return nil, fail("row %d has %d values for %d data fields", n, len(raw), len(resp.DataFields))
+			skip(RowArity, "%d values for %d data fields", len(raw), len(resp.DataFields))
+			continue
 		}
 		t, ok := times[string(raw[timeIdx])]
 		if !ok {
-			if t, err = parseTime(raw[timeIdx]); err != nil {
-				return nil, fail("row %d: %s: %v", n, DimensionTime, err)
+			if t, err = parseTime(raw[timeIdx]); err == nil && !r.Granularity.Truncate(t).Equal(t) {
+				err = fmt.Errorf("%s is not the start of a %s bucket", t.Format(time.RFC3339), r.Granularity)
+			}
+			if err != nil {
+				skip(RowTime, "%s: %v", DimensionTime, err)
+				continue
 			}
 			times[string(raw[timeIdx])] = t
 		}
@@ -108,8 +140,9 @@ func decodeRows(r *Request, resp *dataResponse) ([]Row, error) {
 		if envIdx >= 0 {
 			if env, ok = envs[string(raw[envIdx])]; !ok {
 				env, err = parseString(raw[envIdx])
-				if err != nil || env == "" {
-					return nil, fail("row %d: %s: %s is not an environment ID", n, DimensionEnvironment, abbrev(raw[envIdx]))
+				if err != nil || !asked[env] {
+					skip(RowEnvironment, "%s %s is not an environment the request asked for", DimensionEnvironment, abbrev(raw[envIdx]))
+					continue
 				}
 				envs[string(raw[envIdx])] = env
 			}
@@ -117,71 +150,96 @@ func decodeRows(r *Request, resp *dataResponse) ([]Row, error) {
 		if len(labels) < len(r.Labels) {
 			labels = make([]string, rowChunk*len(r.Labels))
 		}
-		if len(values) < len(r.Metrics) {
-			values = make([]float64, rowChunk*len(r.Metrics))
-		}
 		row := Row{
 			Time:        t,
 			Environment: env,
 			Labels:      labels[:len(r.Labels):len(r.Labels)],
-			Values:      values[:len(r.Metrics):len(r.Metrics)],
 		}
-		labels, values = labels[len(r.Labels):], values[len(r.Metrics):]
+		badLabel := false
 		for i, j := range labelIdx {
 			v, ok := labelSeen[i][string(raw[j])]
 			if !ok {
 				if v, err = parseLabel(raw[j], labelNumeric[i]); err != nil {
-					return nil, fail("row %d: %s: %v", n, r.Labels[i], err)
+					skip(RowDimension, "%s: %v", r.Labels[i], err)
+					badLabel = true
+					break
 				}
 				labelSeen[i][string(raw[j])] = v
 			}
 			row.Labels[i] = v
 		}
+		if badLabel {
+			continue
+		}
+		labels = labels[len(r.Labels):]
+		if len(values) < len(r.Metrics) {
+			values = make([]float64, rowChunk*len(r.Metrics))
+		}
+		row.Values, values = values[:len(r.Metrics):len(r.Metrics)], values[len(r.Metrics):]
 		for i, j := range metricIdx {
-			if j < 0 {
-				row.Values[i] = math.NaN()
-				continue
+			var v json.RawMessage
+			if j >= 0 {
+				v = raw[j]
 			}
-			v, err := parseValue(raw[j])
-			if err != nil {
-				return nil, fail("row %d: %s: %v", n, r.Metrics[i], err)
+			f, reason := parseValue(v, isCount[i])
+			if reason != "" {
+				probs.value(reason, func() string {
+					shown := "no field"
+					if j >= 0 {
+						shown = abbrev(v)
+					}
+					return fmt.Sprintf("%s %s %s=%s", env, t.Format(time.RFC3339), r.Metrics[i], shown)
+				})
 			}
-			row.Values[i] = v
+			row.Values[i] = f
 		}
 		rows = append(rows, row)
 	}
-	return rows, nil
+	return rows, probs, nil
 }
 
 var null = []byte("null")
 
-// parseValue reads a metric value: a JSON number, a numeric string, or null
-// (NaN). An empty string also reads as NaN.
-func parseValue(raw json.RawMessage) (float64, error) {
+// parseValue classifies a metric value: a JSON number or numeric string
+// that is finite (and, for a count, not negative) is a value; anything else
+// returns NaN and the reason it is not one (see Invalid*). A nil or empty
+// raw (no field) and an empty string read as null.
+func parseValue(raw json.RawMessage, count bool) (float64, string) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, null) {
-		return math.NaN(), nil
+		return math.NaN(), InvalidNull
 	}
 	s := string(raw)
-	if raw[0] == '"' {
+	switch raw[0] {
+	case '"':
 		var err error
 		if s, err = parseString(raw); err != nil {
-			return 0, fmt.Errorf("value %s: %w", abbrev(raw), err)
+			return math.NaN(), InvalidText
 		}
 		s = strings.TrimSpace(s)
 		if s == "" {
-			return math.NaN(), nil
+			return math.NaN(), InvalidNull
 		}
+	case '[', '{', 't', 'f':
+		return math.NaN(), InvalidText
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil {
 		var ne *strconv.NumError
-		if errors.As(err, &ne) && errors.Is(ne.Err, strconv.ErrRange) {
-			return f, nil // ±Inf for overflow; still a number
+		if !errors.As(err, &ne) || !errors.Is(ne.Err, strconv.ErrRange) {
+			return math.NaN(), InvalidText
 		}
-		return 0, fmt.Errorf("value %s is not a number", abbrev(raw))
+		// Out of range: ±Inf for overflow (caught below), 0 for underflow.
 	}
-	return f, nil
+	switch {
+	case math.IsNaN(f):
+		return math.NaN(), InvalidNaN
+	case math.IsInf(f, 0):
+		return math.NaN(), InvalidInf
+	case count && f < 0:
+		return math.NaN(), InvalidNegative
+	}
+	return f, ""
 }
 
 // parseString reads a JSON string.

@@ -32,8 +32,11 @@ type Row struct {
 	Environment string
 	// Labels holds the values of Result.Labels, in that order.
 	Labels []string
-	// Values holds the values of Result.Metrics, in that order; NaN where the
-	// API sent null or nothing.
+	// Values holds the values of Result.Metrics, in that order. Every entry
+	// is a value (finite; not negative for a count) or NaN, which means the
+	// bucket has no value for that metric: the API sent none, or sent
+	// something that is not a value (null, "NaN", ±Inf, a negative count,
+	// text), counted in Result.Problems. NaN is never a value.
 	Values []float64
 }
 
@@ -64,4 +67,7 @@ type Result struct {
 	Rows []Row
 	// Requests is the number of data requests the query took.
 	Requests int
+	// Problems counts the values that were not values and the malformed
+	// rows the answers held; those rows are not in Rows.
+	Problems Problems
 }

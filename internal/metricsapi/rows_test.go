@@ -1,7 +1,6 @@
 package metricsapi
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -21,7 +20,7 @@ func TestRowScanner(t *testing.T) {
 		{`[["a,b]\"c\\", -1.5e3]]`, []string{`"a,b]\"c\\"|-1.5e3`}, false},
 		{`[[[1,[2]],{"k":"]"}]]`, []string{`[1,[2]]|{"k":"]"}`}, false},
 		{`{"a":1}`, nil, true},
-		{`[1,2]`, nil, true},
+		{`[1,{"a":[2]},"x"]`, []string{`!1`, `!{"a":[2]}`, `!"x"`}, false}, // rows that are not arrays: skipped by the caller
 		{`[[1,2]`, nil, true},
 		{`[[1 2]]`, nil, true},
 		{`[["abc]]`, nil, true},
@@ -32,14 +31,18 @@ func TestRowScanner(t *testing.T) {
 		var got []string
 		var err error
 		for {
-			var vals []json.RawMessage
+			var row scannedRow
 			var ok bool
-			vals, ok, err = sc.next()
+			row, ok, err = sc.next()
 			if err != nil || !ok {
 				break
 			}
-			parts := make([]string, len(vals))
-			for i, v := range vals {
+			if !row.array {
+				got = append(got, "!"+string(row.raw))
+				continue
+			}
+			parts := make([]string, len(row.vals))
+			for i, v := range row.vals {
 				parts[i] = string(v)
 			}
 			got = append(got, strings.Join(parts, "|"))

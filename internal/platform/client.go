@@ -64,6 +64,17 @@ type Observer interface {
 	ObserveRequest(service, method string, status int, took time.Duration)
 }
 
+// DateObserver is told when the platform processed each API request: the
+// Date header of every answer from an API service (spec section 1: "Date and
+// time (UTC) at which the request was processed"), together with how long
+// the exchange took, so the platform's clock can be followed (see
+// schedule.PlatformClock). Answers of the token endpoint, which may be
+// another host, are not reported. Implementations must be safe for
+// concurrent use and must not block.
+type DateObserver interface {
+	ObserveDate(date time.Time, roundTrip time.Duration)
+}
+
 // Config configures a Client. BaseURL, AuthURL, ClientID and ClientSecret are
 // required; everything else has a default.
 type Config struct {
@@ -96,6 +107,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Observer, when set, is told about every request.
 	Observer Observer
+	// DateObserver, when set, is told the Date header of every API answer
+	// that carries a valid one.
+	DateObserver DateObserver
 	// Version is edgepipe's version, sent as User-Agent edgepipe/<Version>
 	// (default "dev").
 	Version string
@@ -554,6 +568,11 @@ func (s *Service) send(ctx context.Context, method, path, u string, tok *oauth2.
 		return 0, nil, nil, &networkError{err: fmt.Errorf("read response: %w", err)}
 	}
 	s.c.observe(s.name, method, resp.StatusCode, took)
+	if s.c.cfg.DateObserver != nil {
+		if d, err := http.ParseTime(resp.Header.Get("Date")); err == nil {
+			s.c.cfg.DateObserver.ObserveDate(d, took)
+		}
+	}
 	s.c.log.Debug("platform request", "service", s.name, "method", method, "path", path,
 		"status", resp.StatusCode, "bytes", len(data), "took", took)
 	if int64(len(data)) > limit {

@@ -598,3 +598,68 @@ func TestUnreachablePlatformBounded(t *testing.T) {
 		t.Errorf("observed %v, want %v", got, want)
 	}
 }
+
+// dateRecorder keeps every ObserveDate call.
+type dateRecorder struct {
+	mu    sync.Mutex
+	dates []time.Time
+}
+
+func (d *dateRecorder) ObserveDate(date time.Time, rtt time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if rtt < 0 {
+		date = time.Time{} // a negative round trip is a bug: fail below
+	}
+	d.dates = append(d.dates, date)
+}
+
+// TestDateObserverSeesAPIAnswers checks that the Date header of every API
+// answer, errors included, reaches the DateObserver, and that the token
+// endpoint's answers and a missing or malformed Date do not.
+func TestDateObserverSeesAPIAnswers(t *testing.T) {
+	platformTime := time.Date(2026, 11, 23, 9, 20, 7, 0, time.UTC) // an hour behind this machine, say
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		switch n {
+		case 1:
+			w.Header().Set("Date", platformTime.Format(http.TimeFormat))
+			writeJSON(w, http.StatusOK, map[string]any{})
+		case 2:
+			w.Header().Set("Date", platformTime.Add(time.Second).Format(http.TimeFormat))
+			writeJSON(w, http.StatusNotFound, map[string]any{"code": "not_found"})
+		case 3:
+			w.Header()["Date"] = nil // net/http adds none then
+			writeJSON(w, http.StatusOK, map[string]any{})
+		default:
+			w.Header().Set("Date", "yesterday")
+			writeJSON(w, http.StatusOK, map[string]any{})
+		}
+	})
+	rec := &dateRecorder{}
+	cfg := f.config()
+	cfg.DateObserver = rec
+	c := f.client(cfg)
+	svc := c.Metrics()
+	if err := svc.Do(ctxT(t), http.MethodGet, "/a", nil, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Do(ctxT(t), http.MethodGet, "/b", nil, nil, nil); StatusCode(err) != http.StatusNotFound {
+		t.Fatalf("err = %v, want the 404", err)
+	}
+	for range 2 {
+		if err := svc.Do(ctxT(t), http.MethodGet, "/c", nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := []time.Time{platformTime, platformTime.Add(time.Second)}
+	if len(rec.dates) != len(want) {
+		t.Fatalf("observed %v, want %v (the token endpoint and answers without a valid Date are not reported)", rec.dates, want)
+	}
+	for i := range want {
+		if !rec.dates[i].Equal(want[i]) {
+			t.Errorf("date %d = %v, want %v", i, rec.dates[i], want[i])
+		}
+	}
+}

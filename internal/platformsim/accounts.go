@@ -142,7 +142,7 @@ func (s *Server) handleDeleteEnvironment(w http.ResponseWriter, r *http.Request)
 // and reports ok=false on bad values.
 func pagination(w http.ResponseWriter, r *http.Request) (pg, size int, ok bool) {
 	q := r.URL.Query()
-	pg, size = 0, 20
+	pg, size = 0, limits.DefaultPageSize
 	if v := q.Get("page"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 32)
 		if err != nil || n < 0 {
@@ -153,8 +153,9 @@ func pagination(w http.ResponseWriter, r *http.Request) (pg, size int, ok bool) 
 	}
 	if v := q.Get("page_size"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 32)
-		if err != nil || n < 1 || n > 100 {
-			writeError(w, http.StatusBadRequest, "invalid_parameter", "Bad Request", "page_size must be an integer from 1 to 100.", detail("page_size", "got "+strconv.Quote(v)))
+		if err != nil || n < int64(limits.MinPageSize) || n > int64(limits.MaxPageSize) {
+			writeError(w, http.StatusBadRequest, "invalid_parameter", "Bad Request",
+				fmt.Sprintf("page_size must be an integer from %d to %d.", limits.MinPageSize, limits.MaxPageSize), detail("page_size", "got "+strconv.Quote(v)))
 			return 0, 0, false
 		}
 		size = int(n)

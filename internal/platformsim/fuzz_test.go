@@ -35,7 +35,7 @@ func FuzzDataQuery(f *testing.F) {
 		if q.end.Sub(q.start) > 48*time.Hour {
 			return // keep each input fast
 		}
-		fields, rows := s.execute(q, at)
+		fields, rows, _ := s.execute(q, at)
 		if len(fields) != len(q.dims)+len(q.metrics) {
 			t.Fatalf("%d fields for %d dimensions and %d metrics", len(fields), len(q.dims), len(q.metrics))
 		}

@@ -67,16 +67,16 @@ type dataQuery struct {
 // FIVE_MINUTES for ranges under five minutes. ok is false when the range is
 // longer than any granularity allows (60 days).
 func defaultGranularity(d time.Duration) (metricsapi.Granularity, bool) {
-	if d > metricsapi.Day.MaxRange() {
+	gs := limits.Granularities
+	if d > gs[len(gs)-1].MaxRange {
 		return "", false
 	}
-	for i := len(metricsapi.Granularities) - 1; i >= 0; i-- {
-		g := metricsapi.Granularities[i]
-		if d <= g.MaxRange() && d >= g.Duration() {
-			return g, true
+	for i := len(gs) - 1; i >= 0; i-- {
+		if d <= gs[i].MaxRange && d >= gs[i].Bucket {
+			return metricsapi.Granularity(gs[i].Name), true
 		}
 	}
-	return metricsapi.FiveMinutes, true
+	return metricsapi.Granularity(gs[0].Name), true
 }
 
 func stringArray(raw json.RawMessage, source string, add func(source, desc string)) ([]string, bool) {
@@ -214,8 +214,8 @@ func (s *Server) parseQuery(ds *datasetDesc, body []byte) (*dataQuery, []ErrorDe
 				case len(vals) == 0:
 					add(src, "must hold at least one value")
 					continue
-				case len(vals) > metricsapi.MaxFilterValues:
-					add(src, fmt.Sprintf("holds %d values; at most %d are allowed", len(vals), metricsapi.MaxFilterValues))
+				case len(vals) > limits.MaxFilterValues:
+					add(src, fmt.Sprintf("holds %d values; at most %d are allowed", len(vals), limits.MaxFilterValues))
 					continue
 				}
 				if k == "http_status_code" {
@@ -291,15 +291,12 @@ func (s *Server) parseQuery(ds *datasetDesc, body []byte) (*dataQuery, []ErrorDe
 		if err := json.Unmarshal(raw, &v); err != nil {
 			add("time_granularity", "must be one of FIVE_MINUTES, HOUR, DAY")
 			gOK = false
+		} else if _, ok := granularity(metricsapi.Granularity(v)); ok {
+			q.g, q.gSent = metricsapi.Granularity(v), v
+			q.echo["time_granularity"] = v
 		} else {
-			switch g := metricsapi.Granularity(v); g {
-			case metricsapi.FiveMinutes, metricsapi.Hour, metricsapi.Day:
-				q.g, q.gSent = g, v
-				q.echo["time_granularity"] = v
-			default:
-				add("time_granularity", fmt.Sprintf("%q is not one of FIVE_MINUTES, HOUR, DAY", v))
-				gOK = false
-			}
+			add("time_granularity", fmt.Sprintf("%q is not one of FIVE_MINUTES, HOUR, DAY", v))
+			gOK = false
 		}
 	}
 	if rangeOK && gOK {
@@ -310,8 +307,8 @@ func (s *Server) parseQuery(ds *datasetDesc, body []byte) (*dataQuery, []ErrorDe
 				add("date_range", fmt.Sprintf("the range of %s is longer than any granularity allows (DAY: at most 60 days)", d))
 			}
 			q.g = g
-		} else if d > q.g.MaxRange() {
-			add("date_range", fmt.Sprintf("the range of %s is longer than %s allows (at most %s)", d, q.g, human(q.g.MaxRange())))
+		} else if gl, _ := granularity(q.g); d > gl.MaxRange {
+			add("date_range", fmt.Sprintf("the range of %s is longer than %s allows (at most %s)", d, q.g, human(gl.MaxRange)))
 		}
 	}
 	if len(details) > 0 {
@@ -368,8 +365,9 @@ func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("The data request for dataset %s is invalid: %s.", name, details[0].Description), details...)
 		return
 	}
-	fields, rows := s.execute(q, at)
+	fields, rows, inj := s.execute(q, at)
 	rec.Status, rec.Rows = http.StatusOK, len(rows)
+	rec.BadValues, rec.MalformedRows = inj.badValues, inj.malformedRows
 	s.recordData(rec)
 	writeData(w, name, fields, rows, q.echo, at)
 }
@@ -427,16 +425,16 @@ type group struct {
 // buckets lists the bucket starts of g in [start, end) that have started at
 // at and are within retention.
 func buckets(g metricsapi.Granularity, start, end, at time.Time) []time.Time {
-	d := g.Duration()
-	first := g.Truncate(start)
+	d := bucketOf(g)
+	first := truncate(g, start)
 	if first.Before(start) {
 		first = first.Add(d)
 	}
 	var keep time.Duration
 	switch g {
-	case metricsapi.FiveMinutes:
+	case "FIVE_MINUTES":
 		keep = retentionFiveMinutes * time.Second
-	case metricsapi.Hour:
+	case "HOUR":
 		keep = retentionHour * time.Second
 	default:
 		keep = retentionDay * time.Second
@@ -452,7 +450,11 @@ func buckets(g metricsapi.Granularity, start, end, at time.Time) []time.Time {
 	return out
 }
 
-// execute computes the response rows of a valid query at time at.
+// injected counts the data faults put into one answer.
+type injected struct{ badValues, malformedRows int }
+
+// execute computes the response rows of a valid query at time at, with the
+// data faults configured, and counts those it injected.
 //
 // Aggregation of dimensions left out of the request: counts are summed;
 // ratios are recomputed from the summed counts; per-second rates are summed
@@ -461,7 +463,7 @@ func buckets(g metricsapi.Granularity, start, end, at time.Time) []time.Time {
 // traffic-weighted mean of the leaves' percentiles (weights: edge requests
 // for edge latencies, origin requests for origin latencies), which keeps them
 // ordered by P and response time ≥ TTFB.
-func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
+func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte, injected) {
 	ds := q.ds
 	var fields []dataField
 	for _, d := range q.dims {
@@ -553,10 +555,20 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
 			}
 		}
 	}
-	seconds := q.g.Duration().Seconds()
+	seconds := bucketOf(q.g).Seconds()
 	if !withTime {
 		seconds *= float64(len(bs))
 	}
+	s.mu.Lock()
+	seed := s.rng.Uint64()
+	f := s.faults
+	s.mu.Unlock()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	badRate := f.BadValueRate
+	if f.BadValues != "" && badRate <= 0 {
+		badRate = 0.1
+	}
+	var inj injected
 	rows := make([][]byte, 0, len(order))
 	for _, key := range order {
 		g := groups[key]
@@ -570,9 +582,11 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
 		}
 		row := make([]byte, 0, 64+16*len(fields))
 		row = append(row, '[')
+		lastComma := -1 // where the row's last value starts, less one
 		li := 0
 		for i, d := range q.dims {
 			if i > 0 {
+				lastComma = len(row)
 				row = append(row, ',')
 			}
 			switch d {
@@ -592,18 +606,41 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte) {
 		}
 		for i, m := range q.metrics {
 			if i > 0 || len(q.dims) > 0 {
+				lastComma = len(row)
 				row = append(row, ',')
+			}
+			if f.BadValues != "" && rng.Float64() < badRate && (f.BadValues != BadNegative || strings.HasSuffix(m, "_total")) {
+				row = append(row, f.BadValues.literal()...)
+				inj.badValues++
+				continue
 			}
 			row = appendNumber(row, m, g.cell.value(m, seconds), asStrings)
 		}
 		row = append(row, ']')
+		if f.MalformedRowRate > 0 && rng.Float64() < f.MalformedRowRate {
+			row = malformed(row, lastComma, rng.IntN(3))
+			inj.malformedRows++
+		}
 		rows = append(rows, row)
 	}
-	s.mu.Lock()
-	seed := s.rng.Uint64()
-	s.mu.Unlock()
-	rand.New(rand.NewPCG(seed, 7)).Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
-	return fields, rows
+	rng.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
+	return fields, rows, inj
+}
+
+// malformed turns a row into a malformed one of the given kind: 0 drops its
+// last value, 1 adds a value, 2 makes it an object. lastComma is the index
+// of the comma before the last value (-1: the row has one value or none).
+func malformed(row []byte, lastComma, kind int) []byte {
+	switch kind {
+	case 0:
+		if lastComma < 0 {
+			return []byte("[]")
+		}
+		return append(row[:lastComma:lastComma], ']')
+	case 1:
+		return append(row[:len(row)-1], `,"unexpected"]`...)
+	}
+	return []byte(`{"row":` + string(row) + `}`)
 }
 
 // DatasetNames lists the six datasets in descriptor order.
@@ -640,9 +677,10 @@ func (s *Server) DatasetMetrics(dataset string) []string {
 }
 
 // Rows is the ground truth for tests: exactly the rows the data endpoint
-// returns, with every dimension and every metric requested, for one
-// environment, granularity g and range [start, end), asked at time at (for
-// the late-data effect). Labels follow DatasetLabels, Values DatasetMetrics,
+// returns without data faults (Faults.BadValues, MalformedRowRate), with
+// every dimension and every metric requested, for one environment,
+// granularity g and range [start, end), asked at time at (for the late-data
+// effect). Labels follow DatasetLabels, Values DatasetMetrics,
 // values rounded exactly as on the wire. Rows are sorted by time, then labels.
 func (s *Server) Rows(dataset, env string, g metricsapi.Granularity, start, end, at time.Time) ([]metricsapi.Row, error) {
 	ds, ok := s.dsByName[dataset]
@@ -654,7 +692,7 @@ func (s *Server) Rows(dataset, env string, g metricsapi.Granularity, start, end,
 	if !ok {
 		return nil, fmt.Errorf("platformsim: unknown environment %q", env)
 	}
-	if g.Duration() == 0 {
+	if _, ok := granularity(g); !ok {
 		return nil, fmt.Errorf("platformsim: unknown granularity %q", g)
 	}
 	metrics := s.DatasetMetrics(dataset)
@@ -664,7 +702,7 @@ func (s *Server) Rows(dataset, env string, g metricsapi.Granularity, start, end,
 		for _, lv := range b.leaves(ds.Name) {
 			row := metricsapi.Row{Time: t, Environment: env, Labels: lv.labels, Values: make([]float64, len(metrics))}
 			for i, m := range metrics {
-				row.Values[i] = roundValue(m, lv.cell.value(m, g.Duration().Seconds()))
+				row.Values[i] = roundValue(m, lv.cell.value(m, bucketOf(g).Seconds()))
 			}
 			out = append(out, row)
 		}

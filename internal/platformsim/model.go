@@ -286,7 +286,7 @@ type bucketCtx struct {
 }
 
 func (s *Server) bucket(w *world, env int, g metricsapi.Granularity, start, at time.Time) bucketCtx {
-	d := g.Duration()
+	d := bucketOf(g)
 	return bucketCtx{
 		s:       s,
 		w:       w,
@@ -335,7 +335,7 @@ func (b *bucketCtx) countries() []countryFinal {
 	for i, c := range countries {
 		ch := b.h.s(c.code)
 		var shape float64
-		if b.g == metricsapi.Day {
+		if b.g == "DAY" {
 			shape = curveMean
 		} else {
 			shape = curve(math.Mod(utcHour+c.tz+m.phase+48, 24))

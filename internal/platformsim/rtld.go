@@ -109,12 +109,12 @@ type href struct {
 
 // page parses limit (≥1, default 50) and offset (≥0, default 0).
 func rtldPage(q url.Values) (limit, offset int, f *rtldFailure) {
-	limit, offset = 50, 0
+	limit, offset = limits.DefaultRTLDLimit, 0
 	var details []rtldDetail
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			details = append(details, rtldDetail{"limit", fmt.Sprintf("must be an integer of at least 1 (got %q)", v)})
+		if err != nil || n < limits.MinRTLDLimit {
+			details = append(details, rtldDetail{"limit", fmt.Sprintf("must be an integer of at least %d (got %q)", limits.MinRTLDLimit, v)})
 		}
 		limit = n
 	}

@@ -3,8 +3,11 @@
 // (organizations, properties, environments), the metrics service (six
 // datasets with deterministic, realistic data, late data and request
 // validation) and the RTLD service with log delivery (rtld*.go, delivery*.go),
-// with optional faults (429, 5xx, latency) and the rate limits of spec
-// section 8.
+// with optional faults (429, 5xx, latency; values that are not numbers and
+// malformed rows in data answers; a clock ahead of or behind the client's),
+// and the rate limits of spec section 8. Every answer carries Date (spec
+// section 1) on the simulated clock. The API's limits come from the
+// simulator's own table (limits.go), not from the client.
 //
 // Quick use:
 //
@@ -16,7 +19,8 @@
 // to stop background work).
 //
 // For tests: Config.Now drives a simulated clock (token expiry, late data,
-// which buckets exist); SetFaults, FailNext and RevokeTokens inject failures;
+// which buckets exist) and Config.ClockOffset / SetClockOffset skew it;
+// SetFaults, FailNext and RevokeTokens inject failures;
 // Stats reports requests by route and status and every data request; Rows is
 // the ground truth of the data endpoint; Environments, Properties and
 // Organization describe the world.
@@ -97,7 +101,8 @@ type Client struct {
 }
 
 // Faults are injected into API requests (not into the token endpoint), after
-// authentication. The random source is seeded from Config.Seed.
+// authentication; the data faults (BadValues, MalformedRowRate) into the
+// rows of data answers. The random source is seeded from Config.Seed.
 type Faults struct {
 	// Rate429 is the share of API requests answered 429 with Retry-After.
 	Rate429 float64
@@ -108,6 +113,44 @@ type Faults struct {
 	Rate5xx float64
 	// Latency delays every API response.
 	Latency time.Duration
+	// BadValues, when set, replaces a share (BadValueRate) of the metric
+	// values of data rows by something that is not a value, as a
+	// misbehaving platform would send.
+	BadValues BadValue
+	// BadValueRate is the share of metric values BadValues replaces
+	// (default 0.1 when BadValues is set; 1 replaces every one).
+	BadValueRate float64
+	// MalformedRowRate is the share of data rows replaced by a malformed
+	// row (in turn: one value too few, one value too many, an object
+	// instead of an array). The row's bucket is missing from that answer.
+	MalformedRowRate float64
+}
+
+// BadValue is a kind of metric value that is not a value.
+type BadValue string
+
+// The kinds of BadValue.
+const (
+	BadNull     BadValue = "null"     // JSON null
+	BadNaN      BadValue = "nan"      // the string "NaN"
+	BadInfinity BadValue = "infinity" // the string "Infinity"
+	BadNegative BadValue = "negative" // -12345, in counts (*_total) only
+	BadText     BadValue = "text"     // the string "n/a"
+)
+
+// literal is how the kind is written into a row.
+func (b BadValue) literal() string {
+	switch b {
+	case BadNull:
+		return "null"
+	case BadNaN:
+		return `"NaN"`
+	case BadInfinity:
+		return `"Infinity"`
+	case BadNegative:
+		return "-12345"
+	}
+	return `"n/a"`
 }
 
 // NumberStyle says how data rows render numeric values.
@@ -130,6 +173,11 @@ type Config struct {
 	Seed int64
 	// Now is the simulated clock; nil means time.Now.
 	Now func() time.Time
+	// ClockOffset is added to Now: the platform's clock runs this much
+	// ahead of (negative: behind) the client's. It moves everything the
+	// clock decides (which buckets exist, late data, token expiry) and the
+	// Date header of every answer. See also SetClockOffset.
+	ClockOffset time.Duration
 	// TokenLifetime of issued access tokens (default 300s).
 	TokenLifetime time.Duration
 	// LateData is how long after a bucket ends its values keep changing
@@ -167,6 +215,7 @@ type Server struct {
 	cfg      Config
 	hash     hasher
 	worldp   atomic.Pointer[world] // replaced, never modified, on changes
+	offset   atomic.Int64          // clock offset, nanoseconds
 	datasets []*datasetDesc
 	dsByName map[string]*datasetDesc
 	handler  http.Handler
@@ -221,6 +270,7 @@ func New(cfg Config) *Server {
 		tokens:   map[string]token{},
 	}
 	s.worldp.Store(buildWorld(cfg.Seed, cfg.Properties, cfg.Environments))
+	s.offset.Store(int64(cfg.ClockOffset))
 	for _, d := range s.datasets {
 		s.dsByName[d.Name] = d
 	}
@@ -232,11 +282,21 @@ func New(cfg Config) *Server {
 func (s *Server) w() *world { return s.worldp.Load() }
 
 func (s *Server) now() time.Time {
+	off := time.Duration(s.offset.Load())
 	if s.cfg.Now != nil {
-		return s.cfg.Now().UTC()
+		return s.cfg.Now().Add(off).UTC()
 	}
-	return time.Now().UTC()
+	return time.Now().Add(off).UTC()
 }
+
+// Now returns the platform's current time: Config.Now (or the wall clock)
+// plus the clock offset. Tests pass it to Rows as the time of asking.
+func (s *Server) Now() time.Time { return s.now() }
+
+// SetClockOffset sets how far the platform's clock runs ahead of (negative:
+// behind) Config.Now from now on; a change is a jump of the platform's
+// clock.
+func (s *Server) SetClockOffset(d time.Duration) { s.offset.Store(int64(d)) }
 
 func (s *Server) routes() http.Handler {
 	r := chi.NewRouter()

@@ -37,6 +37,9 @@ type DataRequest struct {
 	// Status is the HTTP status answered; Rows the number of rows.
 	Status int
 	Rows   int
+	// BadValues and MalformedRows count the data faults injected into the
+	// answer (Faults.BadValues, Faults.MalformedRowRate).
+	BadValues, MalformedRows int
 	// At is the simulated time of the request.
 	At time.Time
 }
@@ -122,6 +125,9 @@ func (s *Server) record(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
 		began := time.Now()
+		// Date: the time the request was processed (spec section 1), on
+		// the platform's clock.
+		w.Header().Set("Date", s.now().Format(http.TimeFormat))
 		next.ServeHTTP(sw, r)
 		pattern := "<unmatched>"
 		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {

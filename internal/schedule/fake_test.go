@@ -216,9 +216,16 @@ func (s *staticEnvs) set(envs ...string) {
 }
 
 type recordingObserver struct {
-	mu      sync.Mutex
-	polls   []PollReport
-	pubErrs map[string]int
+	mu          sync.Mutex
+	polls       []PollReport
+	pubErrs     map[string]int
+	discoveries []DiscoveryReport
+}
+
+func (o *recordingObserver) ObserveDiscovery(r DiscoveryReport) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.discoveries = append(o.discoveries, r)
 }
 
 func (o *recordingObserver) ObservePoll(r PollReport) {

@@ -12,6 +12,13 @@
 // and never counted twice. The bucket in progress is not fetched: its
 // values are partial, its ratios and percentiles noisy, and its end lies in
 // the future, which OTLP points and ClickHouse rows must not claim.
+//
+// Time is the platform's: with a PlatformClock as Config.Clock, "now" (which
+// buckets have ended, when polls are due) follows the Date headers of the
+// API's answers, and a poll never counts a bucket as ended, nor moves a
+// HighWaterMark past it, unless it ended before the newest Date the platform
+// sent. A machine whose clock runs ahead therefore skips nothing, and one
+// whose clock runs behind does not lag.
 package schedule
 
 import (
@@ -21,6 +28,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,7 +79,9 @@ type Config struct {
 	// to spread load across instances; 0 means none.
 	Jitter time.Duration
 	// Datasets restricts polling to these dataset names; empty polls
-	// every dataset that offers Granularity.
+	// every dataset that offers Granularity. A name the first successful
+	// discovery does not find (or that does not offer Granularity) makes
+	// Run fail; one that disappears later is logged at every discovery.
 	Datasets []string
 
 	// DatasetSource lists the datasets (required).
@@ -83,9 +94,15 @@ type Config struct {
 	Resume ResumeSource
 	// Publishers receive every batch.
 	Publishers []NamedPublisher
-	Observer   Observer     // optional
-	Clock      Clock        // default RealClock
-	Logger     *slog.Logger // default slog.Default()
+	// Observer is told about polls (optional); if it also implements
+	// DiscoveryObserver, about discoveries too.
+	Observer Observer
+	// Clock is the time polls are planned by (default RealClock). Pass a
+	// *PlatformClock fed by the platform client to follow the platform's
+	// clock; its newest Date then also bounds how far a poll counts
+	// buckets as ended.
+	Clock  Clock
+	Logger *slog.Logger // default slog.Default()
 	// Tracker is optional; a Scheduler creates its own when nil. Passing
 	// one lets a test inspect it or share it with a second Scheduler.
 	Tracker *Tracker
@@ -113,12 +130,17 @@ type Scheduler struct {
 	// change never publishes or records a vanished environment.
 	envChange sync.RWMutex
 
-	mu       sync.Mutex
-	envs     []string
-	active   map[string]*metricsapi.Dataset // the descriptor each running loop polls
-	ready    bool
-	polledOK map[string]bool
+	mu         sync.Mutex
+	envs       []string
+	active     map[string]*metricsapi.Dataset // the descriptor each running loop polls
+	ready      bool
+	polledOK   map[string]bool
+	discovered bool // a discovery has succeeded
 }
+
+// ErrUnknownDataset is returned by Run when a dataset named in
+// Config.Datasets does not exist or does not offer the granularity.
+var ErrUnknownDataset = errors.New("unknown dataset")
 
 type loop struct {
 	ds     *metricsapi.Dataset
@@ -205,8 +227,9 @@ func (s *Scheduler) Environments() []string {
 
 // Run discovers environments and datasets, runs one poll loop per dataset
 // and rediscovers every DiscoveryInterval, until ctx is done. It returns
-// after every loop has stopped. Discovery failures are retried; Run itself
-// only returns ctx's error.
+// after every loop has stopped. Discovery failures are retried; Run returns
+// ctx's error, or an error wrapping ErrUnknownDataset when the first
+// successful discovery does not offer every dataset of Config.Datasets.
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.stopAll()
 	backoff := time.Second
@@ -214,6 +237,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		if err := s.discover(ctx); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if errors.Is(err, ErrUnknownDataset) {
+				return err
 			}
 			s.log.Error("discovery failed", "err", err, "retry_in", backoff)
 			if s.clock.Sleep(ctx, backoff) != nil {
@@ -233,16 +259,40 @@ func (s *Scheduler) Run(ctx context.Context) error {
 // new datasets start, vanished ones stop, changed descriptors restart
 // (the Tracker keeps their state, so nothing is counted twice).
 func (s *Scheduler) discover(ctx context.Context) error {
+	polled, err := s.discoverOnce(ctx)
+	s.mu.Lock()
+	n := len(s.envs)
+	s.mu.Unlock()
+	do, _ := s.obs.(DiscoveryObserver)
+	if err != nil {
+		if do != nil {
+			do.ObserveDiscovery(DiscoveryReport{Err: err, Environments: n})
+		}
+		return err
+	}
+	if do != nil {
+		do.ObserveDiscovery(DiscoveryReport{Environments: n, Datasets: polled})
+	}
+	s.checkClock()
+	return nil
+}
+
+// discoverOnce does the work of discover and returns the datasets polled.
+func (s *Scheduler) discoverOnce(ctx context.Context) ([]string, error) {
 	envs, err := s.cfg.Environments.Environments(ctx)
 	if err != nil {
-		return fmt.Errorf("discover environments: %w", err)
+		return nil, fmt.Errorf("discover environments: %w", err)
 	}
 	envs = slices.Clone(envs)
 	slices.Sort(envs)
 	envs = slices.Compact(envs)
 	datasets, err := s.cfg.DatasetSource.Datasets(ctx)
 	if err != nil {
-		return fmt.Errorf("list datasets: %w", err)
+		return nil, fmt.Errorf("list datasets: %w", err)
+	}
+	want, err := s.wanted(datasets)
+	if err != nil {
+		return nil, err
 	}
 
 	s.mu.Lock()
@@ -263,18 +313,6 @@ func (s *Scheduler) discover(ctx context.Context) error {
 		s.log.Info("environments discovered", "count", len(envs))
 	}
 
-	want := make(map[string]*metricsapi.Dataset)
-	for i := range datasets {
-		ds := &datasets[i]
-		if len(s.cfg.Datasets) > 0 && !slices.Contains(s.cfg.Datasets, ds.Name) {
-			continue
-		}
-		if !ds.Supports(s.cfg.Granularity) {
-			s.log.Warn("dataset does not offer the granularity; not polled", "dataset", ds.Name, "granularity", s.cfg.Granularity)
-			continue
-		}
-		want[ds.Name] = ds
-	}
 	s.loopsMu.Lock()
 	defer s.loopsMu.Unlock()
 	for name, l := range s.loops {
@@ -294,16 +332,90 @@ func (s *Scheduler) discover(ctx context.Context) error {
 			s.log.Info("dataset descriptor changed; loop restarted", "dataset", name)
 		}
 	}
+	polled := make([]string, 0, len(want))
 	for name, ds := range want {
+		polled = append(polled, name)
 		if _, ok := s.loops[name]; ok {
 			continue
 		}
 		s.startLoopLocked(ctx, ds)
 	}
+	slices.Sort(polled)
 	s.mu.Lock()
+	s.discovered = true
 	s.updateReadyLocked()
 	s.mu.Unlock()
-	return nil
+	return polled, nil
+}
+
+// wanted picks the datasets to poll from those listed. A dataset named in
+// Config.Datasets that is not listed, or does not offer the granularity, is
+// an error wrapping ErrUnknownDataset at the first successful discovery
+// (a typo must not leave the exporter silently exporting nothing) and a
+// warning at later ones (the platform may withdraw a dataset).
+func (s *Scheduler) wanted(datasets []metricsapi.Dataset) (map[string]*metricsapi.Dataset, error) {
+	want := make(map[string]*metricsapi.Dataset)
+	available := make([]string, 0, len(datasets))
+	for i := range datasets {
+		ds := &datasets[i]
+		if !ds.Supports(s.cfg.Granularity) {
+			if slices.Contains(s.cfg.Datasets, ds.Name) || len(s.cfg.Datasets) == 0 {
+				s.log.Warn("dataset does not offer the granularity; not polled", "dataset", ds.Name, "granularity", s.cfg.Granularity)
+			}
+			continue
+		}
+		available = append(available, ds.Name)
+		if len(s.cfg.Datasets) > 0 && !slices.Contains(s.cfg.Datasets, ds.Name) {
+			continue
+		}
+		want[ds.Name] = ds
+	}
+	var missing []string
+	for _, name := range s.cfg.Datasets {
+		if want[name] == nil && !slices.Contains(missing, name) {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return want, nil
+	}
+	slices.Sort(available)
+	s.mu.Lock()
+	first := !s.discovered
+	s.mu.Unlock()
+	if first {
+		return nil, fmt.Errorf("%w %s: the platform offers these datasets at %s: %s",
+			ErrUnknownDataset, strings.Join(quoteAll(missing), ", "), s.cfg.Granularity, strings.Join(available, ", "))
+	}
+	s.log.Warn("configured datasets are not offered by the platform (any more); not polled",
+		"missing", missing, "granularity", s.cfg.Granularity, "available", available)
+	return want, nil
+}
+
+func quoteAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strconv.Quote(n)
+	}
+	return out
+}
+
+// checkClock warns when the platform's clock and the local clock differ by
+// more than the settle window: polling follows the platform's clock, but
+// whatever else reads the local clock (logs, Prometheus's scrape times)
+// is that far off.
+func (s *Scheduler) checkClock() {
+	pc, ok := s.clock.(*PlatformClock)
+	if !ok {
+		return
+	}
+	skew, ok := pc.Skew()
+	if !ok || skew.Abs() <= s.settle {
+		return
+	}
+	s.log.Warn("the platform's clock and this machine's differ by more than the settle window; "+
+		"polls follow the platform's clock (Date header), check NTP on this machine",
+		"skew", skew.Round(time.Second), "settle_window", s.settle)
 }
 
 // startLoopLocked starts the poll loop of ds; s.loopsMu must be held.
@@ -401,6 +513,7 @@ func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset) {
 			"from", r.From, "to", r.To)
 		return
 	}
+	s.logProblems(r)
 	s.log.Debug("polled", "dataset", ds.Name, "from", r.From, "to", r.To, "envs", r.Environments,
 		"requests", r.Requests, "rows", r.Rows, "new", r.New, "revisions", r.Revisions, "took", r.Duration)
 	s.mu.Lock()
@@ -472,10 +585,22 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 		r.Duration = s.clock.Now().Sub(start)
 		return r
 	}
+	// The platform's newest Date bounds what counts as ended: a bucket
+	// that ends after it may still be in progress there, so it is left for
+	// a later poll and the HighWaterMark stays before it.
+	end := to
+	if pc, ok := s.clock.(*PlatformClock); ok {
+		if latest, ok := pc.Latest(); ok && g.Truncate(latest).Before(end) {
+			end = g.Truncate(latest)
+		}
+	}
+	r.To = end
+	r.Problems = res.Problems
 	s.envChange.RLock()
 	defer s.envChange.RUnlock()
-	pr := s.tracker.apply(ds.Name, res, floors, to)
+	pr := s.tracker.apply(ds.Name, res, floors, end)
 	r.Rows, r.New, r.Revisions = pr.rows, pr.newOnes, pr.revisions
+	r.Decreases, r.Deferred, r.Held = pr.decreases, pr.deferred, pr.held
 	if !pr.newest.IsZero() {
 		r.NewestBucketEnd = pr.newest.Add(g.Duration())
 	}
@@ -488,9 +613,32 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 			}
 		}
 	}
-	s.tracker.commit(ds.Name, envs, to, s.settle)
+	s.tracker.commit(ds.Name, envs, end, s.settle)
 	r.Duration = s.clock.Now().Sub(start)
 	return r
+}
+
+// logProblems logs, once per poll, what the poll had to leave out, with an
+// example of each.
+func (s *Scheduler) logProblems(r PollReport) {
+	if n := r.Problems.InvalidValues(); n > 0 {
+		s.log.Warn("the platform sent metric values that are not numbers; buckets keep their last good value, "+
+			"and new buckets wait until every count has one",
+			"dataset", r.Dataset, "values", n, "by_reason", r.Problems.Values, "example", r.Problems.ValueExample,
+			"new_buckets_held", r.Held)
+	}
+	if n := r.Problems.InvalidRows(); n > 0 {
+		s.log.Warn("the platform sent malformed rows; they were skipped and the rest of the answer used",
+			"dataset", r.Dataset, "rows", n, "by_reason", r.Problems.Rows, "example", r.Problems.RowExample)
+	}
+	if r.Deferred > 0 {
+		s.log.Info("rows of buckets that had not ended by the platform's clock; left for the next poll",
+			"dataset", r.Dataset, "rows", r.Deferred, "poll_end", r.To)
+	}
+	if r.Decreases > 0 {
+		s.log.Info("revisions lowered counts already published; not applied",
+			"dataset", r.Dataset, "values", r.Decreases)
+	}
 }
 
 // sameDescriptor reports whether two descriptors would be polled and

@@ -47,7 +47,9 @@ type PollReport struct {
 	// Err is the fetch error, nil on success. Publish errors are reported
 	// separately and do not fail a poll.
 	Err error
-	// From and To are the bucket range asked for (To exclusive).
+	// From and To are the bucket range polled (To exclusive): To is the
+	// start of the current bucket, or earlier when the platform's newest
+	// Date says a later bucket may not have ended there.
 	From, To     time.Time
 	Environments int
 	// Requests is the number of API data requests the query took.
@@ -58,6 +60,30 @@ type PollReport struct {
 	// NewestBucketEnd is the end of the newest bucket received by this
 	// poll (zero when no rows came back).
 	NewestBucketEnd time.Time
+	// Problems counts the values that were not values (the buckets kept
+	// their last good value) and the malformed rows skipped.
+	Problems metricsapi.Problems
+	// Decreases counts count values lower than the value already published
+	// for their bucket; they were not applied.
+	Decreases int
+	// Held counts buckets seen for the first time without a value for
+	// every count: not published yet; the next poll fetches them again.
+	Held int
+	// Deferred counts rows whose bucket starts at or after the poll's end
+	// (To): by the platform's clock they may not have ended. They were not
+	// published; the HighWaterMark stays before them, so a later poll
+	// fetches them again.
+	Deferred int
+}
+
+// DiscoveryReport describes one discovery (environments and datasets).
+type DiscoveryReport struct {
+	// Err is nil when the discovery succeeded.
+	Err error
+	// Environments is the number of environments served after it.
+	Environments int
+	// Datasets are the datasets polled after it (on success).
+	Datasets []string
 }
 
 // Observer is told what the scheduler does, for self-metrics. Methods must
@@ -65,6 +91,13 @@ type PollReport struct {
 type Observer interface {
 	ObservePoll(r PollReport)
 	ObservePublishError(dataset, sink string, err error)
+}
+
+// DiscoveryObserver is implemented by Observers that also want to know the
+// outcome of every discovery (for edgepipe_discovery_up). The same rules
+// apply: fast, never blocking.
+type DiscoveryObserver interface {
+	ObserveDiscovery(r DiscoveryReport)
 }
 
 type nopObserver struct{}

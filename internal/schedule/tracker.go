@@ -154,14 +154,34 @@ type pollResult struct {
 	rows      int
 	newOnes   int
 	revisions int
-	newest    time.Time // start of the newest bucket received
+	// decreases counts count values lower than the value published for
+	// their bucket: not applied.
+	decreases int
+	// deferred counts rows whose bucket starts at or after the poll's end:
+	// not applied, fetched again by a later poll.
+	deferred int
+	// held counts buckets seen for the first time without a value for
+	// every count: not published yet, fetched again by the next poll.
+	held   int
+	newest time.Time // start of the newest bucket received
 }
 
 // apply compares the rows of res with what was published before and
-// returns the updates to publish. Rows before their environment's floor, at
-// or after to, or of an environment not in floors are ignored. apply
-// records the new values; commit then advances the HighWaterMarks.
-func (t *Tracker) apply(dataset string, res *metricsapi.Result, floors map[string]time.Time, to time.Time) pollResult {
+// returns the updates to publish. Rows of an environment not in floors, or
+// before their environment's floor, are ignored; rows at or after end are
+// counted as deferred and left for a later poll (the HighWaterMark never
+// passes end, so a later poll fetches them again). apply records the new
+// values; commit then advances the HighWaterMarks.
+//
+// What is published for a bucket only ever moves forward: a metric the row
+// has no value for (NaN) keeps the value published before, and a count
+// lower than the one published before is not applied (and counted), so
+// every sink sees the same, never-decreasing counts. A bucket is first
+// published once it has a value for every count (it is held, and counted,
+// until then); a ratio, rate or percentile may still lack one (NaN: an
+// undefined ratio of a bucket without traffic), which sinks leave out.
+// Every update therefore carries a value for every count.
+func (t *Tracker) apply(dataset string, res *metricsapi.Result, floors map[string]time.Time, end time.Time) pollResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	d := t.dataset(dataset)
@@ -174,8 +194,12 @@ func (t *Tracker) apply(dataset string, res *metricsapi.Result, floors map[strin
 	if !slices.Equal(d.metrics, res.Metrics) {
 		d.remapMetrics(res.Metrics)
 	}
+	isCount := make([]bool, len(res.Metrics))
+	for i, m := range res.Metrics {
+		isCount[i] = metricsapi.Classify(m).Kind == metricsapi.KindCount
+	}
 	var pr pollResult
-	toNs := to.UnixNano()
+	endNs := end.UnixNano()
 	for i := range res.Rows {
 		row := &res.Rows[i]
 		floor, ok := floors[row.Environment]
@@ -183,28 +207,39 @@ func (t *Tracker) apply(dataset string, res *metricsapi.Result, floors map[strin
 			continue
 		}
 		bt := row.Time.UnixNano()
-		if bt < floor.UnixNano() || bt >= toNs {
+		if bt >= endNs {
+			pr.deferred++
+			continue
+		}
+		if bt < floor.UnixNano() {
+			continue
+		}
+		key := row.SeriesKey()
+		s := d.series[key]
+		idx, found := 0, false
+		if s != nil {
+			idx, found = slices.BinarySearchFunc(s.buckets, bt, func(b bucketValues, t int64) int {
+				switch {
+				case b.t < t:
+					return -1
+				case b.t > t:
+					return 1
+				}
+				return 0
+			})
+		}
+		if !found && !countsComplete(row.Values, isCount) {
+			pr.held++
 			continue
 		}
 		pr.rows++
 		if row.Time.After(pr.newest) {
 			pr.newest = row.Time
 		}
-		key := row.SeriesKey()
-		s := d.series[key]
 		if s == nil {
 			s = &seriesTrack{env: row.Environment}
 			d.series[key] = s
 		}
-		idx, found := slices.BinarySearchFunc(s.buckets, bt, func(b bucketValues, t int64) int {
-			switch {
-			case b.t < t:
-				return -1
-			case b.t > t:
-				return 1
-			}
-			return 0
-		})
 		if !found {
 			s.buckets = slices.Insert(s.buckets, idx, bucketValues{t: bt, values: row.Values})
 			pr.updates = append(pr.updates, Update{Row: *row})
@@ -212,18 +247,75 @@ func (t *Tracker) apply(dataset string, res *metricsapi.Result, floors map[strin
 			continue
 		}
 		prev := s.buckets[idx].values
-		if sameValues(prev, row.Values) {
+		merged, decreases := mergeValues(prev, row.Values, isCount)
+		pr.decreases += decreases
+		if merged == nil {
 			continue
 		}
-		s.buckets[idx].values = row.Values
-		pr.updates = append(pr.updates, Update{Row: *row, Previous: prev})
+		s.buckets[idx].values = merged
+		u := Update{Row: *row, Previous: prev}
+		u.Row.Values = merged
+		pr.updates = append(pr.updates, u)
 		pr.revisions++
 	}
 	return pr
 }
 
+// mergeValues returns the values to publish for a bucket whose published
+// values are prev and that now reads next: next's values, except that a
+// metric next has no value for keeps prev's, and a count lower than prev's
+// keeps prev's (counted in decreases). merged is nil when it equals prev.
+// remapMetrics keeps prev as long as next.
+func mergeValues(prev, next []float64, isCount []bool) (merged []float64, decreases int) {
+	for i, v := range next {
+		p := valueAt(prev, i)
+		switch {
+		case math.IsNaN(v):
+			v = p
+		case isCount[i] && v < p: // false when p is NaN
+			decreases++
+			v = p
+		}
+		if merged == nil && v != p && !(math.IsNaN(v) && math.IsNaN(p)) {
+			merged = make([]float64, len(next))
+			for j := range i {
+				merged[j] = valueAt(prev, j)
+			}
+		}
+		if merged != nil {
+			merged[i] = v
+		}
+	}
+	return merged, decreases
+}
+
+// valueAt returns vals[i], or NaN (no value) beyond its end.
+func valueAt(vals []float64, i int) float64 {
+	if i < len(vals) {
+		return vals[i]
+	}
+	return math.NaN()
+}
+
+// countsComplete reports whether vals has a value (not NaN) for every
+// count, and for at least one metric.
+func countsComplete(vals []float64, isCount []bool) bool {
+	some := false
+	for i, v := range vals {
+		if math.IsNaN(v) {
+			if isCount[i] {
+				return false
+			}
+			continue
+		}
+		some = true
+	}
+	return some
+}
+
 // commit advances the HighWaterMark of every environment of a successful
-// poll to to and forgets buckets that can no longer be re-fetched.
+// poll to to (never backwards) and forgets buckets that can no longer be
+// re-fetched.
 func (t *Tracker) commit(dataset string, envs []string, to time.Time, settle time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -316,17 +408,4 @@ func (d *datasetTrack) remapMetrics(metrics []string) {
 			s.buckets[i].values = nv
 		}
 	}
-}
-
-// sameValues compares two value lists, NaN equal to NaN.
-func sameValues(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] && !(math.IsNaN(a[i]) && math.IsNaN(b[i])) {
-			return false
-		}
-	}
-	return true
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/model"
 )
 
@@ -31,6 +33,10 @@ type ScrapeJob struct {
 	Scheme string
 	// BasicAuthUser and BasicAuthPassword, if set, are sent on every scrape.
 	BasicAuthUser, BasicAuthPassword string
+	// Labels are added to every series of the job's targets (as the
+	// Prometheus Operator adds namespace and pod), so alert expressions
+	// that select on them can be evaluated as written.
+	Labels map[string]string
 }
 
 // PrometheusServer is a Prometheus process (Debian's prometheus 2.42 in CI)
@@ -58,23 +64,54 @@ func Prometheus(t testing.TB, targets ...string) *PrometheusServer {
 // /-/ready and stops it on cleanup.
 func PrometheusScrape(t testing.TB, jobs ...ScrapeJob) *PrometheusServer {
 	t.Helper()
+	return PrometheusWith(t, PrometheusOptions{Jobs: jobs})
+}
+
+// PrometheusOptions configure PrometheusWith.
+type PrometheusOptions struct {
+	// Jobs are the scrape jobs (none: Prometheus only receives remote
+	// writes, if enabled).
+	Jobs []ScrapeJob
+	// RemoteWriteReceiver starts Prometheus with
+	// --web.enable-remote-write-receiver: it accepts remote-write requests
+	// at RemoteWriteURL. Prometheus 2.42 appends a request in one
+	// transaction: a sample it refuses (out of order, out of bounds, another
+	// value at a timestamp it already has, or older than the out-of-order
+	// window) rolls back the whole request, answered with 400 (500 for "too
+	// old"). See PrometheusRemoteWriteStats.
+	RemoteWriteReceiver bool
+	// OutOfOrderTimeWindow sets storage.tsdb.out_of_order_time_window
+	// (experimental in 2.42): a sample up to that much older than its
+	// series' newest one is appended instead of refused as out of order.
+	// 0 keeps Prometheus's default (no out-of-order ingestion).
+	OutOfOrderTimeWindow time.Duration
+}
+
+// PrometheusWith starts Prometheus configured by opts, waits for /-/ready
+// and stops it on cleanup.
+func PrometheusWith(t testing.TB, opts PrometheusOptions) *PrometheusServer {
+	t.Helper()
 	bin := Binary(t, "prometheus")
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfgPath, []byte(prometheusConfig(jobs)), 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, []byte(prometheusConfig(opts.Jobs, opts.OutOfOrderTimeWindow)), 0o644); err != nil {
 		t.Fatalf("testenv: write prometheus.yml: %v", err)
 	}
 	var lastErr error
 	for attempt := 0; attempt < 4; attempt++ {
 		addr := FreeAddr(t)
 		logPath := filepath.Join(dir, "prometheus.log")
-		p, err := startProcess("prometheus", logPath, bin,
-			"--config.file="+cfgPath,
-			"--storage.tsdb.path="+filepath.Join(dir, "data"),
-			"--web.listen-address="+addr,
+		args := []string{
+			"--config.file=" + cfgPath,
+			"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+			"--web.listen-address=" + addr,
 			"--web.enable-lifecycle",
 			"--log.level=info",
-		)
+		}
+		if opts.RemoteWriteReceiver {
+			args = append(args, "--web.enable-remote-write-receiver")
+		}
+		p, err := startProcess("prometheus", logPath, bin, args...)
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}
@@ -99,10 +136,14 @@ func PrometheusScrape(t testing.TB, jobs ...ScrapeJob) *PrometheusServer {
 	return nil
 }
 
-func prometheusConfig(jobs []ScrapeJob) string {
+func prometheusConfig(jobs []ScrapeJob, outOfOrderWindow time.Duration) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "global:\n  scrape_interval: %s\n  scrape_timeout: %s\n  evaluation_interval: %s\nscrape_configs:\n",
+	fmt.Fprintf(&b, "global:\n  scrape_interval: %s\n  scrape_timeout: %s\n  evaluation_interval: %s\n",
 		model.Duration(PrometheusScrapeInterval), model.Duration(PrometheusScrapeInterval), model.Duration(PrometheusScrapeInterval))
+	if outOfOrderWindow > 0 {
+		fmt.Fprintf(&b, "storage:\n  tsdb:\n    out_of_order_time_window: %s\n", model.Duration(outOfOrderWindow))
+	}
+	b.WriteString("scrape_configs:\n")
 	for _, j := range jobs {
 		fmt.Fprintf(&b, "  - job_name: %s\n", strconv.Quote(j.Name))
 		if j.MetricsPath != "" {
@@ -125,6 +166,17 @@ func prometheusConfig(jobs []ScrapeJob) string {
 			b.WriteString(strconv.Quote(tg))
 		}
 		b.WriteString("]\n")
+		if len(j.Labels) > 0 {
+			b.WriteString("        labels:\n")
+			names := make([]string, 0, len(j.Labels))
+			for k := range j.Labels {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			for _, k := range names {
+				fmt.Fprintf(&b, "          %s: %s\n", k, strconv.Quote(j.Labels[k]))
+			}
+		}
 	}
 	return b.String()
 }
@@ -158,16 +210,23 @@ func (p *PrometheusServer) Query(ctx context.Context, promql string) (model.Valu
 	return v, nil
 }
 
-// QueryVector evaluates promql and returns its instant vector (empty when
-// nothing matches). It fails the test on error or when the result is not a
-// vector.
+// QueryVector evaluates promql at the current time and returns its instant
+// vector (empty when nothing matches). It fails the test on error or when
+// the result is not a vector.
 func (p *PrometheusServer) QueryVector(t testing.TB, promql string) model.Vector {
+	t.Helper()
+	return p.QueryVectorAt(t, promql, time.Now())
+}
+
+// QueryVectorAt is QueryVector evaluated at ts, e.g. for samples written
+// with past timestamps (an instant query sees samples up to 5 minutes old).
+func (p *PrometheusServer) QueryVectorAt(t testing.TB, promql string, ts time.Time) model.Vector {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v, err := p.Query(ctx, promql)
+	v, _, _, err := p.api.Query(ctx, promql, ts)
 	if err != nil {
-		t.Fatalf("testenv: %v", err)
+		t.Fatalf("testenv: prometheus query %q: %v", promql, err)
 	}
 	vec, ok := v.(model.Vector)
 	if !ok {
@@ -246,4 +305,92 @@ func PromtoolCheckMetrics(promtool string, exposition []byte) (string, error) {
 		return text, errors.New("promtool reported problems")
 	}
 	return "", nil
+}
+
+// RemoteWriteURL is the server's remote-write endpoint (/api/v1/write),
+// served when it was started with PrometheusOptions.RemoteWriteReceiver.
+func (p *PrometheusServer) RemoteWriteURL() string { return p.url + "/api/v1/write" }
+
+// MetricsURL is the server's own /metrics endpoint.
+func (p *PrometheusServer) MetricsURL() string { return p.url + "/metrics" }
+
+// SelfMetrics scrapes Prometheus's own metrics and fails the test if it
+// cannot.
+func (p *PrometheusServer) SelfMetrics(t testing.TB) map[string]*dto.MetricFamily {
+	t.Helper()
+	return scrapeT(t, p.MetricsURL())
+}
+
+// PrometheusRemoteWriteStats are Prometheus's own counters about
+// remote-write requests and the samples its TSDB appended or refused, with
+// their Prometheus 2.42 names. Prometheus 2.42 appends a remote-write
+// request in one transaction: one refused sample rolls back the whole
+// request.
+type PrometheusRemoteWriteStats struct {
+	// Requests counts /api/v1/write requests by HTTP status code
+	// (prometheus_http_requests_total{handler="/api/v1/write"}): "204"
+	// appended; "400" refused for an out-of-order sample, a sample out of
+	// the head block's bounds, or a second sample with the same timestamp
+	// and another value (the sender drops the request); "500" for a sample
+	// older than the out-of-order window (the sender retries it).
+	Requests map[string]float64
+	// Appended counts float samples committed, by scrapes too
+	// (prometheus_tsdb_head_samples_appended_total{type="float"}).
+	Appended float64
+	// OutOfOrderAppended counts samples accepted through the out-of-order
+	// window (prometheus_tsdb_head_out_of_order_samples_appended_total).
+	OutOfOrderAppended float64
+	// OutOfOrder, OutOfBounds and TooOld count refused float samples
+	// (prometheus_tsdb_out_of_order_samples_total,
+	// prometheus_tsdb_out_of_bound_samples_total,
+	// prometheus_tsdb_too_old_samples_total, each {type="float"}). A
+	// refused duplicate timestamp has no counter of its own: it shows as a
+	// "400" request and a log line "duplicate sample for timestamp".
+	OutOfOrder, OutOfBounds, TooOld float64
+}
+
+// RemoteWriteStats scrapes the server's own metrics into a
+// PrometheusRemoteWriteStats, failing the test if it cannot.
+func (p *PrometheusServer) RemoteWriteStats(t testing.TB) PrometheusRemoteWriteStats {
+	t.Helper()
+	mfs := p.SelfMetrics(t)
+	float := map[string]string{"type": "float"}
+	return PrometheusRemoteWriteStats{
+		Requests:           SamplesByLabel(mfs, "prometheus_http_requests_total", "code", map[string]string{"handler": "/api/v1/write"}),
+		Appended:           SampleSum(mfs, "prometheus_tsdb_head_samples_appended_total", float),
+		OutOfOrderAppended: SampleSum(mfs, "prometheus_tsdb_head_out_of_order_samples_appended_total", nil),
+		OutOfOrder:         SampleSum(mfs, "prometheus_tsdb_out_of_order_samples_total", float),
+		OutOfBounds:        SampleSum(mfs, "prometheus_tsdb_out_of_bound_samples_total", float),
+		TooOld:             SampleSum(mfs, "prometheus_tsdb_too_old_samples_total", float),
+	}
+}
+
+// Log returns Prometheus's log so far.
+func (p *PrometheusServer) Log(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(p.proc.logPath)
+	if err != nil {
+		t.Fatalf("testenv: read prometheus log: %v", err)
+	}
+	return string(b)
+}
+
+// RawSamples evaluates the range selector selector[lookback] at the current
+// time and returns the stored samples of every matching series, with their
+// own timestamps (an instant query would also return a sample older than
+// the time asked for, up to 5 minutes).
+func (p *PrometheusServer) RawSamples(t testing.TB, selector string, lookback time.Duration) model.Matrix {
+	t.Helper()
+	promql := selector + "[" + model.Duration(lookback).String() + "]"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, _, _, err := p.api.Query(ctx, promql, time.Now())
+	if err != nil {
+		t.Fatalf("testenv: prometheus query %q: %v", promql, err)
+	}
+	m, ok := v.(model.Matrix)
+	if !ok {
+		t.Fatalf("testenv: prometheus query %q: got %s, want a matrix", promql, v.Type())
+	}
+	return m
 }

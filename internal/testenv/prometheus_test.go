@@ -45,12 +45,14 @@ func TestPrometheusConfigJobs(t *testing.T) {
 	t.Parallel()
 	cfg := prometheusConfig([]ScrapeJob{
 		{Name: "a", Targets: []string{"127.0.0.1:1", "127.0.0.1:2"}},
-		{Name: "b", Targets: []string{"127.0.0.1:3"}, MetricsPath: "/m", Scheme: "https", BasicAuthUser: "u", BasicAuthPassword: "p\"w"},
-	})
+		{Name: "b", Targets: []string{"127.0.0.1:3"}, MetricsPath: "/m", Scheme: "https", BasicAuthUser: "u", BasicAuthPassword: "p\"w",
+			Labels: map[string]string{"pod": "ci-edgepipe-exporter-0", "namespace": "edgepipe"}},
+	}, 0)
 	for _, want := range []string{
 		`scrape_interval: 1s`,
 		`job_name: "a"`, `targets: ["127.0.0.1:1", "127.0.0.1:2"]`,
 		`metrics_path: "/m"`, `scheme: "https"`, `insecure_skip_verify: true`, `password: "p\"w"`,
+		"targets: [\"127.0.0.1:3\"]\n        labels:\n          namespace: \"edgepipe\"\n          pod: \"ci-edgepipe-exporter-0\"\n",
 	} {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)

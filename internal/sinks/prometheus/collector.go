@@ -57,8 +57,6 @@ type Collector struct {
 	mu       sync.RWMutex
 	datasets map[string]*datasetState
 	envs     map[string]bool // nil until SetEnvironments
-
-	ignoredDecreases *prometheus.Desc
 }
 
 // datasetState is the state of one dataset's series, laid out flat so the
@@ -68,7 +66,6 @@ type Collector struct {
 // empty environment label.
 type datasetState struct {
 	mu         sync.RWMutex
-	name       string
 	resultLbls []string // the label dimensions, in Row.Labels order
 	plans      []*metricPlan
 	byName     map[string]int
@@ -86,7 +83,6 @@ type datasetState struct {
 
 	dsNewest   int64 // newest bucket start seen in the dataset, Unix seconds
 	swept      int64 // dsNewest at the last staleness sweep
-	decreases  float64
 	idxScratch []int
 	keyScratch []byte
 }
@@ -102,9 +98,6 @@ func NewCollector(opts Options) *Collector {
 	return &Collector{
 		opts:     opts,
 		datasets: make(map[string]*datasetState),
-		ignoredDecreases: prometheus.NewDesc("edgepipe_count_decreases_ignored_total",
-			"Revisions that lowered an API count; a counter cannot go down, so the decrease was not applied.",
-			[]string{"dataset"}, nil),
 	}
 }
 
@@ -144,9 +137,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				}
 			}
 		}
-		if d.decreases > 0 {
-			ch <- prometheus.MustNewConstMetric(c.ignoredDecreases, prometheus.CounterValue, d.decreases, d.name)
-		}
 		d.mu.RUnlock()
 	}
 }
@@ -172,8 +162,12 @@ func (c *Collector) SetEnvironments(ids []string) {
 }
 
 // Publish folds a batch into the state: counters add new buckets and the
-// positive difference of revisions, gauges take the newest bucket's value.
-// It never fails and never blocks on I/O.
+// difference of revisions, gauges take the newest bucket's value. A NaN
+// value (the bucket has no value for that metric) changes nothing; a NaN
+// previous value means none was published, so the whole value is added.
+// The scheduler never publishes a lowered count (it counts those in
+// edgepipe_count_decreases_ignored_total); a negative difference would be
+// skipped here too. It never fails and never blocks on I/O.
 func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 	if len(b.Updates) == 0 {
 		return nil
@@ -181,7 +175,7 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 	c.mu.Lock()
 	d := c.datasets[b.Dataset.Name]
 	if d == nil {
-		d = &datasetState{name: b.Dataset.Name, byName: make(map[string]int)}
+		d = &datasetState{byName: make(map[string]int)}
 		c.datasets[b.Dataset.Name] = d
 	}
 	envs := c.envs
@@ -222,7 +216,6 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 					delta -= u.Previous[k]
 				}
 				if delta < 0 {
-					d.decreases++
 					continue
 				}
 				if math.IsNaN(vals[j]) {

@@ -2,6 +2,7 @@ package prometheus
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sort"
 	"strings"
@@ -104,7 +105,8 @@ func TestCountersGaugesAndRevisions(t *testing.T) {
 	))
 	// A revision of the older bucket: counter +10, gauges keep bucket 1.
 	c.Publish(ctx, batch(upd("e1", "us", 0, []float64{100, 0.5, 8000, 120, 40}, 110, 0.9, 9000, 130, 45)))
-	// A revision that lowers a count is not applied.
+	// A revision that lowers a count (the scheduler never sends one) is
+	// not applied.
 	c.Publish(ctx, batch(upd("e1", "de", 1, []float64{7, math.NaN(), 800, 10, 5}, 5, 0.1, 800, 10, 5)))
 	// Updates arriving out of order: the older bucket must not win the gauge.
 	got := values(t, reg)
@@ -119,7 +121,6 @@ func TestCountersGaugesAndRevisions(t *testing.T) {
 		"cdn_edge_usage_by_country_ttfb_edge_seconds{country_code=us,environment_id=e1,percentile=50}": 0.06,
 		"cdn_edge_usage_by_country_ttfb_edge_seconds{country_code=de,environment_id=e1,percentile=95}": 0.01,
 		"cdn_edge_usage_by_country_ttfb_edge_seconds{country_code=de,environment_id=e1,percentile=50}": 0.005,
-		"edgepipe_count_decreases_ignored_total{dataset=edge_usage_by_country}":                        1,
 	}
 	for k, v := range want {
 		if g, ok := got[k]; !ok || math.Abs(g-v) > 1e-12 {
@@ -211,6 +212,66 @@ func TestSelfMetricsLintClean(t *testing.T) {
 	} {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Errorf("promlint: %v %v", problems, err)
+	}
+}
+
+// TestSelfMetricsFailuresAreVisible: before any discovery succeeds the
+// configured datasets are down (not missing) and discovery_up is 0; the
+// problems a poll reports are counted by dataset and reason; the clock skew
+// shows once known.
+func TestSelfMetricsFailuresAreVisible(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := NewSelfMetrics(reg, BuildInfo{Version: "v1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ExpectDatasets([]string{"edge_errors", "origin_errors"})
+	var skew time.Duration
+	known := false
+	m.SetClockSkew(func() (time.Duration, bool) { return skew, known })
+	m.ObserveDiscovery(schedule.DiscoveryReport{Err: errors.New("401")})
+	got := values(t, reg)
+	for k, v := range map[string]float64{
+		"edgepipe_discovery_up{}":                                         0,
+		"edgepipe_dataset_up{dataset=edge_errors}":                        0,
+		"edgepipe_dataset_up{dataset=origin_errors}":                      0,
+		"edgepipe_invalid_values_total{dataset=edge_errors,reason=nan}":   0,
+		"edgepipe_invalid_rows_total{dataset=origin_errors,reason=arity}": 0,
+		"edgepipe_count_decreases_ignored_total{dataset=origin_errors}":   0,
+		"edgepipe_deferred_rows_total{dataset=edge_errors}":               0,
+	} {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	if _, ok := got["edgepipe_platform_clock_skew_seconds{}"]; ok {
+		t.Error("clock skew exposed before it is known")
+	}
+
+	m.ObserveDiscovery(schedule.DiscoveryReport{Environments: 4, Datasets: []string{"edge_errors", "origin_errors"}})
+	m.ObservePoll(schedule.PollReport{Dataset: "edge_errors", Environments: 4, Decreases: 2, Deferred: 3,
+		Problems: metricsapi.Problems{Values: map[string]int{"null": 5, "inf": 1}, Rows: map[string]int{"arity": 1}}})
+	skew, known = -40*time.Minute, true
+	got = values(t, reg)
+	for k, v := range map[string]float64{
+		"edgepipe_discovery_up{}":                                        1,
+		"edgepipe_environments{}":                                        4,
+		"edgepipe_dataset_up{dataset=edge_errors}":                       1,
+		"edgepipe_dataset_up{dataset=origin_errors}":                     0,
+		"edgepipe_invalid_values_total{dataset=edge_errors,reason=null}": 5,
+		"edgepipe_invalid_values_total{dataset=edge_errors,reason=inf}":  1,
+		"edgepipe_invalid_rows_total{dataset=edge_errors,reason=arity}":  1,
+		"edgepipe_count_decreases_ignored_total{dataset=edge_errors}":    2,
+		"edgepipe_deferred_rows_total{dataset=edge_errors}":              3,
+		"edgepipe_platform_clock_skew_seconds{}":                         -2400,
+	} {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
 		}
 	}
 	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()

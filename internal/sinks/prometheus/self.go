@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 )
 
@@ -18,6 +19,14 @@ import (
 type SelfMetrics struct {
 	now func() time.Time
 
+	discoveryUp    prometheus.Gauge
+	invalidValues  *prometheus.CounterVec
+	invalidRows    *prometheus.CounterVec
+	deferredRows   *prometheus.CounterVec
+	decreases      *prometheus.CounterVec
+	skewDesc       *prometheus.Desc
+	skewMu         sync.Mutex
+	skew           func() (time.Duration, bool)
 	apiRequests    *prometheus.CounterVec
 	apiDuration    *prometheus.HistogramVec
 	pollDuration   *prometheus.HistogramVec
@@ -47,6 +56,28 @@ func NewSelfMetrics(reg prometheus.Registerer, build BuildInfo, now func() time.
 	}
 	m := &SelfMetrics{
 		now: now,
+		discoveryUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgepipe_discovery_up",
+			Help: "1 if the last discovery of environments and datasets succeeded, else 0 (0 until the first succeeds).",
+		}),
+		invalidValues: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_invalid_values_total",
+			Help: "API metric values that were not numbers (null, NaN, inf, negative counts, not_a_number) and were skipped; the bucket kept its last good value.",
+		}, []string{"dataset", "reason"}),
+		invalidRows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_invalid_rows_total",
+			Help: "Malformed API rows (not_an_array, arity, time, environment, dimension) skipped; the rest of the answer was used.",
+		}, []string{"dataset", "reason"}),
+		deferredRows: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_deferred_rows_total",
+			Help: "API rows of buckets that had not ended by the platform's clock when polled; left for a later poll.",
+		}, []string{"dataset"}),
+		decreases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_count_decreases_ignored_total",
+			Help: "Revisions that lowered an API count already published; counts never go down, so the decrease was not applied in any sink.",
+		}, []string{"dataset"}),
+		skewDesc: prometheus.NewDesc("edgepipe_platform_clock_skew_seconds",
+			"The platform's clock (Date header of its answers) minus this machine's clock, smoothed; absent before the first answer.", nil, nil),
 		apiRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgepipe_api_requests_total",
 			Help: "HTTP requests to the platform API by service, method and status (0: no answer).",
@@ -100,6 +131,7 @@ func NewSelfMetrics(reg prometheus.Registerer, build BuildInfo, now func() time.
 	})
 	info.Set(1)
 	for _, c := range []prometheus.Collector{
+		m.discoveryUp, m.invalidValues, m.invalidRows, m.deferredRows, m.decreases, skewCollector{m},
 		m.apiRequests, m.apiDuration, m.pollDuration, m.pollFailures, m.lastSuccess, m.up,
 		m.revisions, m.buckets, m.publishErrors, m.environments, info, lagCollector{m},
 		collectors.NewGoCollector(),
@@ -110,6 +142,45 @@ func NewSelfMetrics(reg prometheus.Registerer, build BuildInfo, now func() time.
 		}
 	}
 	return m, nil
+}
+
+// ExpectDatasets exports edgepipe_dataset_up 0 (and zero problem counters)
+// for datasets not polled successfully yet, so a dataset that never gets a
+// good poll, because discovery or authentication fails, shows as down
+// instead of missing. The exporter calls it at start with --dataset.
+func (m *SelfMetrics) ExpectDatasets(names []string) {
+	for _, ds := range names {
+		m.up.WithLabelValues(ds) // created at 0; an existing value is kept
+		m.deferredRows.WithLabelValues(ds)
+		m.decreases.WithLabelValues(ds)
+		for _, r := range metricsapi.InvalidValueReasons {
+			m.invalidValues.WithLabelValues(ds, r)
+		}
+		for _, r := range metricsapi.InvalidRowReasons {
+			m.invalidRows.WithLabelValues(ds, r)
+		}
+	}
+}
+
+// SetClockSkew makes edgepipe_platform_clock_skew_seconds report skew (such
+// as schedule.PlatformClock.Skew), read at scrape time while it says it
+// knows the skew.
+func (m *SelfMetrics) SetClockSkew(skew func() (time.Duration, bool)) {
+	m.skewMu.Lock()
+	m.skew = skew
+	m.skewMu.Unlock()
+}
+
+// ObserveDiscovery records a discovery: edgepipe_discovery_up, the
+// environments served, and a dataset_up series for each dataset polled.
+func (m *SelfMetrics) ObserveDiscovery(r schedule.DiscoveryReport) {
+	if r.Err != nil {
+		m.discoveryUp.Set(0)
+		return
+	}
+	m.discoveryUp.Set(1)
+	m.environments.Set(float64(r.Environments))
+	m.ExpectDatasets(r.Datasets)
 }
 
 // ObserveRequest counts one HTTP exchange with the platform.
@@ -128,6 +199,14 @@ func (m *SelfMetrics) ObservePoll(r schedule.PollReport) {
 	}
 	m.up.WithLabelValues(r.Dataset).Set(1)
 	m.environments.Set(float64(r.Environments))
+	for reason, n := range r.Problems.Values {
+		m.invalidValues.WithLabelValues(r.Dataset, reason).Add(float64(n))
+	}
+	for reason, n := range r.Problems.Rows {
+		m.invalidRows.WithLabelValues(r.Dataset, reason).Add(float64(n))
+	}
+	m.deferredRows.WithLabelValues(r.Dataset).Add(float64(r.Deferred))
+	m.decreases.WithLabelValues(r.Dataset).Add(float64(r.Decreases))
 	m.lastSuccess.WithLabelValues(r.Dataset).Set(float64(r.Start.Add(r.Duration).UnixNano()) / 1e9)
 	m.revisions.WithLabelValues(r.Dataset).Add(float64(r.Revisions))
 	m.buckets.WithLabelValues(r.Dataset).Add(float64(r.New))
@@ -143,6 +222,23 @@ func (m *SelfMetrics) ObservePoll(r schedule.PollReport) {
 // ObservePublishError counts a batch a sink refused.
 func (m *SelfMetrics) ObservePublishError(dataset, sink string, _ error) {
 	m.publishErrors.WithLabelValues(sink, dataset).Inc()
+}
+
+// skewCollector exposes the platform's clock skew, read at scrape time.
+type skewCollector struct{ m *SelfMetrics }
+
+func (c skewCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.skewDesc }
+
+func (c skewCollector) Collect(ch chan<- prometheus.Metric) {
+	c.m.skewMu.Lock()
+	skew := c.m.skew
+	c.m.skewMu.Unlock()
+	if skew == nil {
+		return
+	}
+	if d, ok := skew(); ok {
+		ch <- prometheus.MustNewConstMetric(c.m.skewDesc, prometheus.GaugeValue, d.Seconds())
+	}
 }
 
 // lagCollector exposes the bucket lag, computed at scrape time.

@@ -1,0 +1,229 @@
+package deploytest
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+// alertRules renders the chart's PrometheusRule (production values enable
+// it) and returns its spec as a rule file for Prometheus and promtool, and
+// its rules by alert name.
+func alertRules(t *testing.T) (ruleFile []byte, rules map[string]map[string]any) {
+	t.Helper()
+	m := render(t, chartDir+"/ci/production-values.yaml")
+	objs := m.ofKind("PrometheusRule")
+	if len(objs) != 1 {
+		t.Fatalf("%d PrometheusRules, want 1", len(objs))
+	}
+	var pr struct {
+		Spec struct {
+			Groups []struct {
+				Name  string           `yaml:"name"`
+				Rules []map[string]any `yaml:"rules"`
+			} `yaml:"groups"`
+		} `yaml:"spec"`
+	}
+	objs[0].decode(t, &pr)
+	rules = map[string]map[string]any{}
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.Rules {
+			rules[fmt.Sprint(r["alert"])] = r
+		}
+	}
+	out, err := yaml.Marshal(pr.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, rules
+}
+
+// exporterSelector returns the namespace and a pod name the exporter
+// group's matchers select (namespace="…", pod=~"<fullname>-.*").
+func exporterSelector(t *testing.T, expr string) (namespace, pod string) {
+	t.Helper()
+	ns := regexp.MustCompile(`namespace="([^"]+)"`).FindStringSubmatch(expr)
+	p := regexp.MustCompile(`pod=~"([^"]+)-\.\*"`).FindStringSubmatch(expr)
+	if ns == nil || p == nil {
+		t.Fatalf("no namespace/pod matchers in %s", expr)
+	}
+	return ns[1], p[1] + "-6f9c7d5b8-x2x9z"
+}
+
+// expand fills in the {{ $labels.x }} of an annotation as Prometheus would.
+func expand(s string, labels map[string]string) string {
+	return regexp.MustCompile(`\{\{ \$labels\.(\w+) \}\}`).ReplaceAllStringFunc(s, func(m string) string {
+		return labels[regexp.MustCompile(`\$labels\.(\w+)`).FindStringSubmatch(m)[1]]
+	})
+}
+
+// TestAuthFailingAlert is issue 11's auth finding. With promtool test rules
+// on the chart's rendered rules: a token endpoint that refuses every
+// request fires EdgepipeAuthFailing (and the discovery and dataset alerts),
+// a single refused token among successes does not. Then, live: the real
+// exporter with a wrong client secret, scraped by a real Prometheus that
+// adds the namespace and pod labels as the Prometheus Operator does, makes
+// every one of those alert expressions true.
+func TestAuthFailingAlert(t *testing.T) {
+	ruleFile, rules := alertRules(t)
+	for _, name := range []string{"EdgepipeAuthFailing", "EdgepipeDiscoveryFailing", "EdgepipeDatasetPollFailing", "EdgepipeInvalidData"} {
+		if rules[name] == nil {
+			t.Fatalf("the chart has no %s alert", name)
+		}
+	}
+	ns, pod := exporterSelector(t, fmt.Sprint(rules["EdgepipeAuthFailing"]["expr"]))
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), ruleFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// promtool test rules.
+	series := func(name string, labels map[string]string, values string) map[string]string {
+		var ls []string
+		for _, k := range []string{"namespace", "pod", "service", "method", "status", "dataset"} {
+			if v, ok := labels[k]; ok {
+				ls = append(ls, fmt.Sprintf("%s=%q", k, v))
+			}
+		}
+		return map[string]string{"series": name + "{" + strings.Join(ls, ",") + "}", "values": values}
+	}
+	at := func(kv ...string) map[string]string {
+		l := map[string]string{"namespace": ns, "pod": pod}
+		for i := 0; i+1 < len(kv); i += 2 {
+			l[kv[i]] = kv[i+1]
+		}
+		return l
+	}
+	alert := func(name string, labels map[string]string) map[string]any {
+		exp := map[string]string{}
+		for k, v := range labels {
+			exp[k] = v
+		}
+		r := rules[name]
+		exp["severity"] = fmt.Sprint(r["labels"].(map[string]any)["severity"])
+		ann := map[string]string{}
+		for k, v := range r["annotations"].(map[string]any) {
+			ann[k] = expand(fmt.Sprint(v), labels)
+		}
+		return map[string]any{"exp_labels": exp, "exp_annotations": ann}
+	}
+	wrongSecret := at("service", "auth", "method", "POST", "status", "401")
+	tests := map[string]any{
+		"rule_files":          []string{"rules.yml"},
+		"evaluation_interval": "1m",
+		"tests": []map[string]any{
+			{
+				// A wrong client secret: every token request is refused,
+				// nothing is discovered, the configured datasets stay down.
+				"interval": "1m",
+				"input_series": []map[string]string{
+					series("edgepipe_api_requests_total", wrongSecret, "0+1x40"),
+					series("edgepipe_discovery_up", at(), "0x40"),
+					series("edgepipe_dataset_up", at("dataset", "edge_errors"), "0x40"),
+				},
+				"alert_rule_test": []map[string]any{
+					{"eval_time": "4m", "alertname": "EdgepipeAuthFailing", "exp_alerts": []any{}}, // pending: for 5m
+					{"eval_time": "20m", "alertname": "EdgepipeAuthFailing",
+						"exp_alerts": []any{alert("EdgepipeAuthFailing", at("service", "auth"))}},
+					{"eval_time": "20m", "alertname": "EdgepipeDiscoveryFailing",
+						"exp_alerts": []any{alert("EdgepipeDiscoveryFailing", at())}},
+					{"eval_time": "20m", "alertname": "EdgepipeDatasetPollFailing",
+						"exp_alerts": []any{alert("EdgepipeDatasetPollFailing", at("dataset", "edge_errors"))}},
+				},
+			},
+			{
+				// Healthy, with one token that expired in flight (a 401,
+				// then a new token and success): no alert.
+				"interval": "1m",
+				"input_series": []map[string]string{
+					series("edgepipe_api_requests_total", at("service", "auth", "method", "POST", "status", "200"), "0+1x40"),
+					series("edgepipe_api_requests_total", at("service", "metrics", "method", "POST", "status", "200"), "0+30x40"),
+					series("edgepipe_api_requests_total", at("service", "metrics", "method", "POST", "status", "401"), "0x10 1x30"),
+					series("edgepipe_discovery_up", at(), "1x40"),
+					series("edgepipe_dataset_up", at("dataset", "edge_errors"), "1x40"),
+				},
+				"alert_rule_test": []map[string]any{
+					{"eval_time": "20m", "alertname": "EdgepipeAuthFailing", "exp_alerts": []any{}},
+					{"eval_time": "20m", "alertname": "EdgepipeDiscoveryFailing", "exp_alerts": []any{}},
+				},
+			},
+			{
+				// A platform that sends values that are not numbers for
+				// over half an hour.
+				"interval": "1m",
+				"input_series": []map[string]string{
+					series("edgepipe_invalid_values_total", at("dataset", "edge_errors", "reason", "null"), "0+5x90"),
+					series("edgepipe_invalid_rows_total", at("dataset", "edge_errors", "reason", "arity"), "0x90"),
+				},
+				"alert_rule_test": []map[string]any{
+					{"eval_time": "20m", "alertname": "EdgepipeInvalidData", "exp_alerts": []any{}},
+					{"eval_time": "70m", "alertname": "EdgepipeInvalidData",
+						"exp_alerts": []any{alert("EdgepipeInvalidData", at("dataset", "edge_errors"))}},
+				},
+			},
+		},
+	}
+	testFile, err := yaml.Marshal(tests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules_test.yml"), testFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.Promtool(t), "test", "rules", "rules_test.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s\n--- test file ---\n%s", err, out, testFile)
+	}
+
+	// Live: the exporter with a wrong client secret.
+	bins := buildCommands(t, "exporter", "platform-sim")
+	simAddr, exporterAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	startProgramEnv(t, bins["platform-sim"], []string{"EDGEPIPE_SIM_CLIENT_SECRET=the-right-secret"},
+		"--web.listen-address="+simAddr)
+	startProgramEnv(t, bins["exporter"], []string{
+		"EDGEPIPE_CLIENT_ID=" + platformsim.DemoClientID, "EDGEPIPE_CLIENT_SECRET=not-the-secret",
+	}, "--api.url=http://"+simAddr, "--organization-id="+platformsim.DemoOrganizationID,
+		"--dataset=edge_errors", "--dataset=origin_errors", "--web.listen-address="+exporterAddr)
+	prom := testenv.PrometheusScrape(t, testenv.ScrapeJob{Name: "edgepipe-exporter", Targets: []string{exporterAddr},
+		Labels: map[string]string{"namespace": ns, "pod": pod}})
+	prom.WaitTargetsUp(t, 60*time.Second)
+	want := map[string]int{"EdgepipeAuthFailing": 1, "EdgepipeDiscoveryFailing": 1, "EdgepipeDatasetPollFailing": 2}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		got := map[string]int{}
+		for name := range want {
+			got[name] = len(prom.QueryVector(t, fmt.Sprint(rules[name]["expr"])))
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alert expressions true for %v series, want %v", got, want)
+		}
+		time.Sleep(time.Second)
+	}
+	vec := prom.QueryVector(t, fmt.Sprint(rules["EdgepipeAuthFailing"]["expr"]))
+	if vec[0].Metric["service"] != "auth" {
+		t.Errorf("EdgepipeAuthFailing for %v, want the token endpoint (service auth)", vec[0].Metric)
+	}
+	for _, s := range prom.QueryVector(t, fmt.Sprint(rules["EdgepipeDatasetPollFailing"]["expr"])) {
+		t.Logf("EdgepipeDatasetPollFailing: %v", s.Metric)
+	}
+	if resp, err := http.Get("http://" + exporterAddr + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz: %v %v, want 503", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}
