@@ -533,18 +533,6 @@ func (s *Sink) forgetTable(dataset string) {
 	delete(s.tables, dataset)
 }
 
-// EnsureTable creates dataset's table if it is missing and adds columns for
-// descriptor metrics and dimensions it lacks, on every node of the cluster
-// when there is one.
-func (s *Sink) EnsureTable(ctx context.Context, ds *metricsapi.Dataset) error {
-	db, err := s.connect(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = s.ensureTable(ctx, db, ds, MetricsColumns(ds, nil, nil))
-	return err
-}
-
 // ensureTable makes sure dataset ds's table has cols (and every column of
 // the descriptor) before an INSERT. It asks the schema manager on the
 // first write of the dataset, when a batch brings a column the table has
