@@ -389,7 +389,7 @@ func (d *decoder) checkUTF8(raw []byte) error {
 		return nil
 	}
 	off := d.offset() - int64(len(raw)) + int64(i)
-	return &DecodeError{Format: d.b.Format, Offset: off, Line: d.lc.lineAt(off), Msg: "byte is not valid UTF-8", Err: ErrInvalidUTF8}
+	return &DecodeError{Format: d.b.Format, Offset: off, Line: d.lc.lineAt(off), Msg: "JSON text must be UTF-8", Err: ErrInvalidUTF8}
 }
 
 // record decodes one array element or stream value and checks it is an object.
