@@ -78,7 +78,8 @@ func (b *Batch) RecordIndex(i int) int {
 
 // Select returns a batch with the same metadata holding only Records[i] for
 // each i of idx, in that order. Its records keep their identity: RecordIndex
-// and ContentHash answer as for b. Records alias b's.
+// answers as for b, and so does ContentHash when b has no identity (the
+// only batches whose records it names). Records alias b's.
 func (b *Batch) Select(idx ...int) *Batch {
 	out := *b
 	out.Records = make([]json.RawMessage, len(idx))
@@ -87,7 +88,9 @@ func (b *Batch) Select(idx ...int) *Batch {
 		out.Records[k] = b.Records[i]
 		out.RecordIndexes[k] = b.RecordIndex(i)
 	}
-	out.BatchHash = b.ContentHash()
+	if !b.HasIdentity() {
+		out.BatchHash = b.ContentHash()
+	}
 	return &out
 }
 
