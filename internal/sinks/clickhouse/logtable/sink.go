@@ -507,4 +507,3 @@ func (a *Sink) Close() error {
 	a.db = nil
 	return err
 }
-
