@@ -14,8 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/alecthomas/units"
-
 	"github.com/edgepipe/edgepipe/internal/rtld/deadletter"
 	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
 	"github.com/edgepipe/edgepipe/internal/rtld/receiver"
@@ -104,7 +102,7 @@ func listDeadLetters(f *flags, out io.Writer) error {
 	}
 	for _, s := range sinks {
 		t := totals[s]
-		fmt.Fprintf(out, "%s: %d record(s), %s in %d file(s)\n", s, t.records, units.Base2Bytes(t.bytes), t.files)
+		fmt.Fprintf(out, "%s: %d record(s), %d bytes in %d file(s)\n", s, t.records, t.bytes, t.files)
 	}
 	return nil
 }
