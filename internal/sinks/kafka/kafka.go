@@ -232,7 +232,7 @@ func (p *preparedWrite) Deliver(ctx context.Context) error {
 	}
 	var refused refusals
 	for _, i := range p.tooLarge {
-		refused.add(p.refs[i], rejectTooLarge, fmt.Errorf("message of %d bytes exceeds --kafka.max-message-bytes (%d)", messageBytes(&p.msgs[i]), s.cfg.MaxMessageBytes))
+		refused.add(p.refs[i], rejectTooLarge, fmt.Errorf("message of about %d bytes exceeds --kafka.max-message-bytes (%d)", messageBytes(&p.msgs[i]), s.cfg.MaxMessageBytes))
 	}
 	for len(p.pending) > 0 {
 		batch := make([]kafkago.Message, len(p.pending))
@@ -254,6 +254,7 @@ func (p *preparedWrite) Deliver(ctx context.Context) error {
 				return fmt.Errorf("kafka: writing %d messages: %w", len(batch), err)
 			}
 			refused.add(p.refs[p.pending[k]], rejectTooLarge, err)
+			p.tooLarge = append(p.tooLarge, p.pending[k]) // reported again if this call fails
 			p.pending = append(p.pending[:k], p.pending[k+1:]...)
 			continue
 		}
