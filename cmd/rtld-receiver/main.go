@@ -58,47 +58,49 @@ const (
 
 // flags holds the parsed command line.
 type flags struct {
-	command              string
+	apiURL, authURL     string
+	environmentIDs      []string
+	publicURL           string
+	profileName         string
+	fields              string
+	register            bool
+	registerInterval    time.Duration
+	kafkaBrokers        string
+	kafkaTopic          string
+	kafkaCompression    string
+	kafkaCreateTopic    bool
+	kafkaPartitions     int
+	kafkaReplication    int
+	kafkaTLS            bool
+	kafkaTLSCAFile      string
+	kafkaTLSCertFile    string
+	kafkaTLSKeyFile     string
+	kafkaTLSInsecure    bool
+	kafkaSASLMechanism  string
+	clickhouseDSN       string
+	spoolDir            string
+	spoolMaxBytes       units.Base2Bytes
+	spoolSegmentBytes   units.Base2Bytes
+	maxBodyBytes        units.Base2Bytes
+	maxDecodedBytes     units.Base2Bytes
+	maxInFlight         int
+	maxRecordBytes      units.Base2Bytes
+	retryAfter          time.Duration
+	gapGrace            time.Duration
+	simulate            bool
+	simRecordsPerSecond float64
+	simEnvironments     int
+	logLevel            string
+	logFormat           string
+	web                 *web.FlagConfig
+
+	// The sinks' limits, the dead-letter store and its commands.
+	command              string // cmdRun, cmdDeadLetterList or cmdDeadLetterReplay
+	kafkaMaxMessageBytes units.Base2Bytes
+	deadLetterMaxBytes   units.Base2Bytes
 	deadLetterSink       string
 	deadLetterJSON       bool
 	replayTimeout        time.Duration
-	deadLetterMaxBytes   units.Base2Bytes
-	kafkaMaxMessageBytes units.Base2Bytes
-	apiURL, authURL      string
-	environmentIDs       []string
-	publicURL            string
-	profileName          string
-	fields               string
-	register             bool
-	registerInterval     time.Duration
-	kafkaBrokers         string
-	kafkaTopic           string
-	kafkaCompression     string
-	kafkaCreateTopic     bool
-	kafkaPartitions      int
-	kafkaReplication     int
-	kafkaTLS             bool
-	kafkaTLSCAFile       string
-	kafkaTLSCertFile     string
-	kafkaTLSKeyFile      string
-	kafkaTLSInsecure     bool
-	kafkaSASLMechanism   string
-	clickhouseDSN        string
-	spoolDir             string
-	spoolMaxBytes        units.Base2Bytes
-	spoolSegmentBytes    units.Base2Bytes
-	maxBodyBytes         units.Base2Bytes
-	maxDecodedBytes      units.Base2Bytes
-	maxInFlight          int
-	maxRecordBytes       units.Base2Bytes
-	retryAfter           time.Duration
-	gapGrace             time.Duration
-	simulate             bool
-	simRecordsPerSecond  float64
-	simEnvironments      int
-	logLevel             string
-	logFormat            string
-	web                  *web.FlagConfig
 }
 
 func parseFlags(args []string) (*flags, error) {
