@@ -344,13 +344,16 @@ func (s *Store) Add(sink string, rejected []delivery.Rejection) error {
 	kept, rescanned := 0, false
 	for kept < len(letters) {
 		// The next file: as many letters as fit in a file and in the store.
-		end := kept
+		end, size := kept, fileBytes(nil)
 		for end < len(letters) {
-			size := fileBytes(enc[kept : end+1])
-			if end > kept && size > maxFileBytes {
+			next := size + int64(len(enc[end]))
+			if end > kept {
+				next += int64(len(",\n"))
+			}
+			if end > kept && next > maxFileBytes {
 				break
 			}
-			if s.used+size > s.opts.MaxBytes {
+			if s.used+next > s.opts.MaxBytes {
 				if !rescanned {
 					// A replay (another process) may have freed space.
 					rescanned = true
@@ -359,6 +362,7 @@ func (s *Store) Add(sink string, rejected []delivery.Rejection) error {
 				}
 				break
 			}
+			size = next
 			end++
 		}
 		if end == kept {
