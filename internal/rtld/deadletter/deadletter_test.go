@@ -257,3 +257,42 @@ func TestReplayDeliversAndKeepsWhatIsRejectedAgain(t *testing.T) {
 		t.Fatalf("files after a failed replay: %+v", files)
 	}
 }
+
+func TestAddOfManyRecordsWritesSeveralFiles(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := json.RawMessage(`{"pad":"` + strings.Repeat("x", 1<<20) + `"}`)
+	b := &accesslog.Batch{EnvironmentID: "e", Format: accesslog.FormatJSONArray, SeqNum: accesslog.NoSeqNum}
+	for i := 0; i < 40; i++ {
+		b.Records = append(b.Records, rec)
+	}
+	var rejected []delivery.Rejection
+	for i := range b.Records {
+		rejected = append(rejected, rejection(b, i, "r"))
+	}
+	if err := s.Add("kafka", rejected); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := s.Files("kafka")
+	total := 0
+	for _, f := range files {
+		letters, err := ReadLetters(f.Path)
+		if err != nil || len(letters) != f.Records {
+			t.Fatalf("%s: %d letters (name says %d), %v", f.Path, len(letters), f.Records, err)
+		}
+		if f.Bytes > maxFileBytes+int64(len(rec))+1024 {
+			t.Errorf("%s is %d bytes", f.Path, f.Bytes)
+		}
+		for _, l := range letters {
+			if l.RecordIndex != total {
+				t.Fatalf("letter %d has record_index %d", total, l.RecordIndex)
+			}
+			total++
+		}
+	}
+	if len(files) < 3 || total != 40 {
+		t.Fatalf("%d files holding %d letters, want ≥3 files and 40", len(files), total)
+	}
+}
