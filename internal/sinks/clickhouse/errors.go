@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 )
 
 // ErrorCode returns the ClickHouse server exception code in err (such as 60
@@ -34,9 +35,9 @@ func RetriableCode(code int32) bool {
 
 // SchemaCode reports whether a server exception says the schema is not (or
 // not yet) what the statement expects: a database, table or column is
-// missing, or the schema is changing under it. Such an error is transient
-// for a writer that repairs the schema (Schema.Ensure) and retries; it is
-// never a reason to drop rows.
+// missing or was dropped, or the schema is changing under it. Reading the
+// schema again and repairing it (Schema.Ensure) fixes it, so a writer
+// retries; it is never a reason to drop rows.
 func SchemaCode(code int32) bool {
 	switch code {
 	case 8, 10, 15, 16, 47, 57, 60, 81, 122, 218, 341, 517:
@@ -63,30 +64,46 @@ func (e *SchemaError) Error() string {
 	return "ClickHouse table " + e.Table + " is not ready: " + e.Reason
 }
 
-// IsSchemaError reports whether err is a SchemaError or a server exception
-// of a SchemaCode.
-func IsSchemaError(err error) bool {
-	var se *SchemaError
-	return errors.As(err, &se) || SchemaCode(ErrorCode(err))
+// IsSchemaError reports whether ErrorClass(err) is ClassSchema.
+func IsSchemaError(err error) bool { return ErrorClass(err) == ClassSchema }
+
+// deniedCode reports whether a server exception refuses the user rather
+// than the data: wrong credentials or missing grants, which an operator
+// fixes while the writer retries.
+func deniedCode(code int32) bool {
+	switch code {
+	case 192, 193, 194, 195, 291, 497, 516:
+		// UNKNOWN_USER, WRONG_PASSWORD, REQUIRED_PASSWORD, IP_ADDRESS_NOT_ALLOWED,
+		// DATABASE_ACCESS_DENIED, ACCESS_DENIED, AUTHENTICATION_FAILED
+		return true
+	}
+	return false
 }
 
 // Error classes of ErrorClass, the "class" label of insert-error counters.
+// Only ClassRejected is about the rows themselves; every other class is
+// retried with the same rows.
 const (
 	ClassConnection = "connection"  // no server exception: the server was not reached
 	ClassServerBusy = "server_busy" // a RetriableCode: retry as is
-	ClassSchema     = "schema"      // IsSchemaError: repair the schema, then retry
-	ClassRejected   = "rejected"    // the server refused the statement or its data
+	ClassSchema     = "schema"      // the table, a column or the database is missing or changing (SchemaCode, SchemaError): repair the schema (Schema.Ensure), retry
+	ClassDenied     = "denied"      // authentication or permissions: retry until an operator fixes them
+	ClassRejected   = "rejected"    // the server refused the statement or its data: the same rows fail again
 )
 
-// ErrorClass classifies err as ClassConnection, ClassServerBusy,
-// ClassSchema or ClassRejected. Only ClassRejected is a verdict on the data;
-// the other classes are transient.
+// ErrorClass classifies err as one of the Class constants. It is the one
+// classification both programs' ClickHouse sinks use. Besides server
+// exceptions, a SchemaError and clickhouse-go's own refusal to convert a Go
+// value to a column's type (the column's type changed since the writer read
+// it) count as ClassSchema.
 func ErrorClass(err error) string {
 	var se *SchemaError
-	if errors.As(err, &se) {
-		return ClassSchema
+	var conv *column.ColumnConverterError
+	var unsupported *column.UnsupportedColumnTypeError
+	if code := ErrorCode(err); code != 0 || !(errors.As(err, &se) || errors.As(err, &conv) || errors.As(err, &unsupported)) {
+		return ErrorClassOf(code)
 	}
-	return ErrorClassOf(ErrorCode(err))
+	return ClassSchema
 }
 
 // ErrorClassOf is ErrorClass for a server exception code (0: none).
@@ -98,6 +115,8 @@ func ErrorClassOf(code int32) string {
 		return ClassServerBusy
 	case SchemaCode(code):
 		return ClassSchema
+	case deniedCode(code):
+		return ClassDenied
 	}
 	return ClassRejected
 }

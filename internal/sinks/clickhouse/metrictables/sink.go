@@ -272,8 +272,9 @@ func (s *Sink) Write(ctx context.Context, b *schedule.Batch) (int, error) {
 		return 0, err
 	}
 	if err := s.writeBlock(ctx, db, blk); err != nil {
-		s.metrics.insertErrors.WithLabelValues(blk.dataset, clickhouse.ErrorClass(err)).Inc()
-		if clickhouse.ErrorCode(err) != 0 || clickhouse.IsSchemaError(err) {
+		class := clickhouse.ErrorClass(err)
+		s.metrics.insertErrors.WithLabelValues(blk.dataset, class).Inc()
+		if class == clickhouse.ClassSchema || class == clickhouse.ClassRejected {
 			s.forgetTable(blk.dataset)
 		}
 		return 0, err
@@ -423,9 +424,10 @@ func (s *Sink) writeAll(items []*block) []*block {
 			s.metrics.insertErrors.WithLabelValues(merged.dataset, class).Inc()
 			switch class {
 			case clickhouse.ClassSchema:
-				// A table or column missing, or the schema mid-change:
-				// transient. The next attempt checks and repairs the
-				// schema on every node first; the rows wait in the queue.
+				// A table or column missing or changed, or the schema
+				// mid-change: transient. The next attempt checks and
+				// repairs the schema on every node first; the rows wait
+				// in the queue.
 				s.forgetTable(merged.dataset)
 			case clickhouse.ClassRejected:
 				// The server rejected the data itself: forget what we know
