@@ -30,18 +30,19 @@ func createAccessLogs(ctx context.Context, t *testing.T, db *clickhouse.DB) {
 }
 
 // accessLogRows returns an INSERT … SELECT of n records in the hour before
-// now, two environments, every value of the dashboards' columns varied and
-// total_time unique (so "slowest" is well ordered).
-func accessLogRows(db *clickhouse.DB, n int) string {
+// end, two environments, every value of the dashboards' columns varied and
+// total_time unique (so "slowest" is well ordered). The same n and end give
+// the same records (a redelivery).
+func accessLogRows(db *clickhouse.DB, n int, end time.Time) string {
 	return fmt.Sprintf(`INSERT INTO %s (environment_id, agent_id, datestamp, seq_num, record_key, record_index,
 			timestamp, uuid, status_code, host, path, cache_status, pop, total_time, bytes_out, client_country_code, insert_version)
 		SELECT if(number %% 2 = 0, 'env-a', 'env-b'), 'agent-1', '20260101', toInt64(intDiv(number, 10)), toString(number), toUInt32(number %% 10),
-			toDateTime(toUInt32(now()) - number * 7), toString(number),
+			toDateTime(%d - number * 7), toString(number),
 			arrayElement([200, 200, 304, 404, 503], number %% 5 + 1), concat('h', toString(number %% 3), '.example'),
 			concat('/p/', toString(number %% 11)), arrayElement(['TCP_HIT', 'TCP_MISS', 'TCP_EXPIRED_HIT'], number %% 3 + 1),
 			arrayElement(['fra', 'iad', 'sin'], number %% 3 + 1), (number %% 100) / 250 + number / 1000000, number * 13,
 			arrayElement(['us', 'de', 'jp', 'br'], number %% 4 + 1), toUInt64(1)
-		FROM system.numbers LIMIT %d`, db.Table(logtable.Table), n)
+		FROM system.numbers LIMIT %d`, db.Table(logtable.Table), end.Unix(), n)
 }
 
 // resultText runs sql and returns its rows as sorted lines of
@@ -89,6 +90,7 @@ func TestDashboardSQLCountsRecordsOnce(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	end := time.Now().Truncate(time.Second)
 	open := func(database string, copies int) *clickhouse.DB {
 		db, err := clickhouse.Open(ctx, srv.DSN(database))
 		if err != nil {
@@ -100,7 +102,7 @@ func TestDashboardSQLCountsRecordsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range copies {
-			if err := db.Exec(ctx, accessLogRows(db, 400)); err != nil {
+			if err := db.Exec(ctx, accessLogRows(db, 400, end)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -338,7 +338,7 @@ func TestDashboardSQLRuns(t *testing.T) {
 	}
 	defer db.Close()
 	createAccessLogs(ctx, t, db)
-	if err := db.Exec(ctx, accessLogRows(db, 400)); err != nil {
+	if err := db.Exec(ctx, accessLogRows(db, 400, time.Now().Truncate(time.Second))); err != nil {
 		t.Fatal(err)
 	}
 	n := runSQLQueries(t, db.Conn(), loadDashboards(t), []Values{testValues(), allSelected(testValues())})
