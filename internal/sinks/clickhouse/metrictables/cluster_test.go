@@ -91,6 +91,19 @@ func (w *world) checkReplicasAndShards(c *testenv.Cluster) {
 	}
 }
 
+// syncReplicas waits until every replica has what its shard acknowledged
+// (SYSTEM SYNC REPLICA on every node): a query through a Distributed table
+// reads one replica of each shard, and a shard's other replicas copy an
+// INSERT asynchronously.
+func (w *world) syncReplicas(c *testenv.Cluster) {
+	w.t.Helper()
+	for _, ds := range w.datasets() {
+		for _, n := range c.Nodes {
+			n.Exec(w.t, fmt.Sprintf("SYSTEM SYNC REPLICA `%s`.`%s_local`", w.db, ds.Name))
+		}
+	}
+}
+
 // schemaOn returns, per dataset, the columns of its local and Distributed
 // tables on node n ("" when missing), comma-separated.
 func (w *world) schemaOn(n *testenv.ClusterNode) map[string]string {
@@ -146,6 +159,7 @@ func TestExporterOnCluster(t *testing.T) {
 			w.cycle(r)
 		}
 		flush(t, sink)
+		w.syncReplicas(c)
 		n := w.compare(w.ch.Conn(t), t0.Add(-30*time.Minute), metricsapi.FiveMinutes.Truncate(w.clock.Now()))
 		w.checkSchemaEverywhere(c)
 		w.checkReplicasAndShards(c)
@@ -193,6 +207,7 @@ func TestExporterOnCluster(t *testing.T) {
 		}
 		w.cycle(r)
 		flush(t, sink)
+		w.syncReplicas(c)
 		w.compare(w.ch.Conn(t), t0.Add(-30*time.Minute), metricsapi.FiveMinutes.Truncate(w.clock.Now()))
 		w.checkSchemaEverywhere(c)
 		w.checkReplicasAndShards(c)
@@ -241,6 +256,7 @@ func TestExporterOnCluster(t *testing.T) {
 		}
 		// The restarted scheduler re-polls its settle window (30 min): those
 		// rows carry the metric again.
+		w.syncReplicas(c)
 		w.compare(w.ch.Conn(t), restartedAt.Add(-25*time.Minute), metricsapi.FiveMinutes.Truncate(w.clock.Now()))
 		if d := testutilSum(t, reg, "edgepipe_clickhouse_dropped_rows_total"); d != 0 {
 			t.Errorf("%v rows dropped", d)
