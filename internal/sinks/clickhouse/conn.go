@@ -282,14 +282,18 @@ func connect(ctx context.Context, opts *ch.Options, addr, database string, log *
 	return &DB{conn: conn, database: database, version: v, revision: revision, addr: addr, log: log}, nil
 }
 
-// openNode connects to another server of the DSN's cluster, at addr
-// (host:port of its native port, as system.clusters lists it), with the
-// DSN's user, password and TLS settings. The connection selects no
-// database (the DSN's may not exist there yet); Table still qualifies names
-// with the DSN's database.
+// openNode connects to a server of the DSN's cluster at addr (host:port of
+// its native port, as system.clusters lists it), or with addr "" to the
+// DSN's own server(s), with the DSN's user, password and TLS settings. The
+// connection selects no database (the DSN's may not exist there, or not any
+// more); Table still qualifies names with the DSN's database.
 func (db *DB) openNode(ctx context.Context, addr string) (*DB, error) {
 	opts := *db.options
-	opts.Addr = []string{addr}
+	if addr != "" {
+		opts.Addr = []string{addr}
+	} else {
+		addr = db.addr
+	}
 	opts.Auth.Database = ""
 	node, err := connect(ctx, &opts, addr, db.database, db.log)
 	if err != nil {

@@ -230,8 +230,15 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 			st.Complete = false
 		}
 	}
-	cols, err := tableColumns(ctx, s.db, t.Name)
+	entry, err := s.conn(ctx, node{})
 	if err != nil {
+		return nil, err
+	}
+	cols, err := tableColumns(ctx, entry, t.Name)
+	if err != nil {
+		if ErrorCode(err) == 0 {
+			s.dropConn(node{}, entry, err)
+		}
 		return nil, err
 	}
 	st.Columns = cols
@@ -264,7 +271,11 @@ func (s *Schema) topology(ctx context.Context) ([]node, error) {
 	if s.db.cluster == "" {
 		return []node{{addr: s.db.addr, shard: 1, replica: 1}}, nil
 	}
-	rows, err := s.db.conn.Query(ctx, "SELECT host_name, toUInt64(port), toUInt64(shard_num), toUInt64(replica_num) FROM system.clusters WHERE cluster = "+
+	entry, err := s.conn(ctx, node{})
+	if err != nil {
+		return nil, fmt.Errorf("list the nodes of ClickHouse cluster %s: %w", s.db.cluster, err)
+	}
+	rows, err := entry.conn.Query(ctx, "SELECT host_name, toUInt64(port), toUInt64(shard_num), toUInt64(replica_num) FROM system.clusters WHERE cluster = "+
 		QuoteString(s.db.cluster)+" ORDER BY shard_num, replica_num")
 	if err != nil {
 		return nil, fmt.Errorf("list the nodes of ClickHouse cluster %s at %s: %w", s.db.cluster, s.db.addr, err)
@@ -288,43 +299,51 @@ func (s *Schema) topology(ctx context.Context) ([]node, error) {
 	return nodes, nil
 }
 
-// conn returns the connection to n, opening it if needed; nil and the
-// error while n is out of reach.
-func (s *Schema) conn(ctx context.Context, n node) (*DB, error) {
+// connKey is the key of n's connection in Schema.nodes, and the address
+// openNode takes: "" stands for the DSN's own server(s), which is what a
+// single server's one node is.
+func (s *Schema) connKey(n node) string {
 	if s.db.cluster == "" {
-		return s.db, nil
+		return ""
 	}
+	return n.addr
+}
+
+// conn returns the connection to n (node{} for the DSN's server), opening
+// it if needed; nil and the error while n is out of reach. It selects no
+// database, so it works while the DSN's database is missing (never created,
+// or dropped).
+func (s *Schema) conn(ctx context.Context, n node) (*DB, error) {
+	key := s.connKey(n)
 	s.mu.Lock()
-	c := s.nodes[n.addr]
+	c := s.nodes[key]
 	if c != nil && (c.db != nil || time.Since(c.at) < nodeRetry) {
 		s.mu.Unlock()
 		return c.db, c.err
 	}
 	s.mu.Unlock()
-	db, err := s.db.openNode(ctx, n.addr)
+	db, err := s.db.openNode(ctx, key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old := s.nodes[n.addr]; old != nil && old.db != nil {
-		// Another Ensure connected meanwhile.
+	if old := s.nodes[key]; old != nil && old.db != nil {
+		// Another caller connected meanwhile.
 		if db != nil {
 			_ = db.Close()
 		}
 		return old.db, nil
 	}
-	s.nodes[n.addr] = &nodeConn{db: db, err: err, at: time.Now()}
+	s.nodes[key] = &nodeConn{db: db, err: err, at: time.Now()}
 	return db, err
 }
 
-// dropConn forgets a node's connection after a failure to use it.
-func (s *Schema) dropConn(addr string, db *DB, err error) {
-	if s.db.cluster == "" {
-		return
-	}
+// dropConn forgets n's connection db after a failure to use it.
+func (s *Schema) dropConn(n node, db *DB, err error) {
+	key := s.connKey(n)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c := s.nodes[addr]; c != nil && c.db == db {
+	if c := s.nodes[key]; c != nil && c.db == db {
 		_ = db.Close()
-		s.nodes[addr] = &nodeConn{err: err, at: time.Now()}
+		s.nodes[key] = &nodeConn{err: err, at: time.Now()}
 	}
 }
 
@@ -345,7 +364,7 @@ func (s *Schema) survey(ctx context.Context, nodes []node, t *Table) []*nodeStat
 			}
 			if err := s.read(ctx, db, t, st); err != nil {
 				if ErrorCode(err) == 0 {
-					s.dropConn(n.addr, db, err)
+					s.dropConn(n, db, err)
 				}
 				st.err = err
 				return

@@ -178,6 +178,10 @@ func (a *Sink) connect(ctx context.Context) (*clickhouse.DB, []accessColumn, []s
 	if a.columns == nil || (!a.complete && time.Since(a.checked) >= clickhouse.RecheckInterval) {
 		cols, spec, complete, err := a.ensureTable(ctx, a.db)
 		if err != nil {
+			// Connect afresh next time: Open re-creates a dropped database.
+			_ = a.schema.Close()
+			_ = a.db.Close()
+			a.db, a.schema, a.columns, a.names = nil, nil, nil, nil
 			return nil, nil, nil, 0, err
 		}
 		names := make([]string, 0, len(fixedColumns)+2*len(cols))

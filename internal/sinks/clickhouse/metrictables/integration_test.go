@@ -433,3 +433,25 @@ func TestSchemaErrorRepairedNotDropped(t *testing.T) {
 		t.Error("no insert error of class schema counted: the test did not hit the dropped column")
 	}
 }
+
+// TestDroppedDatabaseRecreated: the whole database dropped under a running
+// sink: the schema manager (connected without a database) re-creates it
+// and the tables, the queued rows are written, nothing is dropped.
+func TestDroppedDatabaseRecreated(t *testing.T) {
+	w := newWorld(t, 25)
+	reg := prometheus.NewRegistry()
+	sink := w.newSink(reg)
+	r := w.startScheduler(sink)
+	w.cycle(r)
+	flush(t, sink)
+	w.ch.Exec(t, fmt.Sprintf("DROP DATABASE `%s`", w.db))
+	droppedAt := metricsapi.FiveMinutes.Truncate(w.clock.Now())
+	w.cycle(r)
+	flush(t, sink)
+	w.cycle(r)
+	flush(t, sink)
+	w.compare(w.ch.Conn(t), droppedAt, metricsapi.FiveMinutes.Truncate(w.clock.Now()))
+	if d := testutilSum(t, reg, "edgepipe_clickhouse_dropped_rows_total"); d != 0 {
+		t.Errorf("%v rows dropped", d)
+	}
+}
