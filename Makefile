@@ -40,7 +40,7 @@ version: ## print the version `make build` stamps
 	@echo $(VERSION)
 
 demo: ## run simulator, exporter and receiver on loopback (and Prometheus with the chart's alerts, if installed); Ctrl-C stops all
-	@BIN=$(BIN) GO=$(GO) MAKE=$(MAKE) ./scripts/demo.sh
+	@BIN=$(BIN) GO=$(GO) MAKE=$(MAKE) exec ./scripts/demo.sh
 
 test: ## the whole suite, integration tests included (real services; see `make deps`)
 	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
