@@ -38,8 +38,6 @@ type Config struct {
 	SpoolDir          string
 	SpoolMaxBytes     int64
 	SpoolSegmentBytes int64
-	// SpoolNoSync disables fsync (benchmarks only).
-	SpoolNoSync bool
 	// Ingest configures the ingest source.
 	Ingest rtld.IngestConfig
 	// EnvironmentIDs, when not empty, are the only environments accepted.
@@ -127,7 +125,7 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	sp, err := spool.Open(spool.Options{
 		Dir: cfg.SpoolDir, MaxBytes: cfg.SpoolMaxBytes, SegmentBytes: cfg.SpoolSegmentBytes,
-		Readers: readers, Logger: cfg.Logger, NoSync: cfg.SpoolNoSync,
+		Readers: readers, Logger: cfg.Logger,
 	})
 	if err != nil {
 		r.closeSinks()
