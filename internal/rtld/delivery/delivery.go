@@ -125,8 +125,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		w.Metrics.batches.WithLabelValues(w.Name).Add(float64(g.batches))
 		w.Metrics.records.WithLabelValues(w.Name).Add(float64(g.records))
-		if err := w.Reader.Commit(g.entries[len(g.entries)-1].Next); err != nil {
-			return fmt.Errorf("%s worker committing its spool position: %w", w.Name, err)
+		if err := w.commit(ctx, log, g.entries[len(g.entries)-1].Next); err != nil {
+			return nil // ctx ended
 		}
 	}
 	err := <-readErr
@@ -202,6 +202,34 @@ func (w *Worker) deliver(ctx context.Context, log *slog.Logger, g group) error {
 		w.Metrics.errors.WithLabelValues(w.Name).Inc()
 		wait := b.NextBackOff()
 		log.Warn("rtld: delivery failed, retrying", "batches", g.batches, "attempt", attempt, "retry_in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// commit persists the worker's spool position, retrying with backoff until
+// it succeeds or ctx ends: a failed commit (a disk error) must neither end
+// the process nor deliver the group again.
+func (w *Worker) commit(ctx context.Context, log *slog.Logger, p spool.Position) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = w.MinBackoff
+	b.MaxInterval = w.MaxBackoff
+	for attempt := 1; ; attempt++ {
+		err := w.Reader.Commit(p)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("rtld: spool position committed again", "attempts", attempt)
+			}
+			return nil
+		}
+		wait := b.NextBackOff()
+		log.Error("rtld: cannot commit the spool position, retrying (the group is delivered and is not sent again)",
+			"attempt", attempt, "retry_in", wait, "err", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -156,6 +156,7 @@ func New(cfg Config) (*Receiver, error) {
 		rc.Observer = newRegistrationMetrics(r.reg)
 		r.registrar, err = rtld.NewRegistrar(cfg.ProfileAPI, rc)
 		if err != nil {
+			r.gaps.Close()
 			sp.Close()
 			r.closeSinks()
 			return nil, err
@@ -247,7 +248,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 	for err := range errc {
 		errs = append(errs, err)
 	}
-	errs = append(errs, r.closeSinks(), r.spool.Close())
+	errs = append(errs, r.closeSinks(), r.gaps.Close(), r.spool.Close())
 	return errors.Join(errs...)
 }
 
