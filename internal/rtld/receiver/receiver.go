@@ -91,6 +91,10 @@ func New(cfg Config) (*Receiver, error) {
 	if cfg.GapSaveInterval <= 0 {
 		cfg.GapSaveInterval = 5 * time.Second
 	}
+	cfg.Ingest = cfg.Ingest.WithDefaults()
+	if err := cfg.Ingest.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -125,7 +129,8 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	sp, err := spool.Open(spool.Options{
 		Dir: cfg.SpoolDir, MaxBytes: cfg.SpoolMaxBytes, SegmentBytes: cfg.SpoolSegmentBytes,
-		Readers: readers, Logger: cfg.Logger,
+		MaxEntryBytes: rtld.SpoolEntryBytes(cfg.Ingest.MaxDecodedBytes),
+		Readers:       readers, Logger: cfg.Logger,
 	})
 	if err != nil {
 		r.closeSinks()
@@ -148,7 +153,12 @@ func New(cfg Config) (*Receiver, error) {
 		}
 		ic.AllowEnvironment = func(env string) bool { return allowed[env] }
 	}
-	r.ingest = rtld.NewIngest(ic, sp, r.gaps, r.metrics, cfg.Logger)
+	if r.ingest, err = rtld.NewIngest(ic, sp, r.gaps, r.metrics, cfg.Logger); err != nil {
+		r.gaps.Close()
+		sp.Close()
+		r.closeSinks()
+		return nil, err
+	}
 
 	if cfg.ProfileAPI != nil && cfg.Registrar != nil {
 		rc := *cfg.Registrar
@@ -182,10 +192,15 @@ func (r *Receiver) Registry() *prometheus.Registry { return r.reg }
 // Spool returns the spool (for tests and the benchmark).
 func (r *Receiver) Spool() *spool.Spool { return r.spool }
 
-// ready answers 200 while the spool takes batches, 503 when it is full.
+// ready answers 200 while the spool takes batches, 503 while ingest
+// refuses them for lack of space (the spool's bound or a full disk).
 func (r *Receiver) ready(w http.ResponseWriter, _ *http.Request) {
 	if r.spool.Full() {
-		http.Error(w, "spool is full", http.StatusServiceUnavailable)
+		msg := "spool is full"
+		if r.spool.Stats().NoSpace {
+			msg = "spool disk is full"
+		}
+		http.Error(w, msg, http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))

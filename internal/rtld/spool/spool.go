@@ -65,14 +65,14 @@ const (
 )
 
 // SegmentBytesFor returns the segment size Open chooses for a spool of
-// maxBytes when Options.SegmentBytes is zero: a sixteenth of it, between
-// 1 MiB and DefaultSegmentBytes, so a small spool still rolls and frees
-// segments.
+// maxBytes when Options.SegmentBytes is zero: a sixteenth of it in whole
+// MiB, between 1 MiB and DefaultSegmentBytes, so a small spool still rolls
+// and frees segments.
 func SegmentBytesFor(maxBytes int64) int64 {
 	if maxBytes <= 0 {
 		return DefaultSegmentBytes
 	}
-	return min(max(maxBytes/16, minSegmentBytes), DefaultSegmentBytes)
+	return min(max(maxBytes/16/minSegmentBytes*minSegmentBytes, minSegmentBytes), DefaultSegmentBytes)
 }
 
 // MinMaxBytes returns the smallest MaxBytes that cannot wedge: retention
@@ -341,6 +341,9 @@ type Lag struct {
 // Stats returns the current backlog.
 func (s *Spool) Stats() Stats {
 	s.mu.Lock()
+	if s.noSpace {
+		s.probeSpace()
+	}
 	end := s.end()
 	st := Stats{Bytes: s.total, Readers: map[string]Lag{}, CorruptBytes: s.corruptBytes, CorruptEntries: s.corruptEntries, NoSpace: s.noSpace}
 	var minPos *Position
