@@ -272,7 +272,7 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	wire, err := in.receive(w, r)
-	defer in.release(wire.chunks...)
+	defer func() { in.release(wire.chunks...) }()
 	if err != nil {
 		in.bodyFailed(w, wire.n, err)
 		return
@@ -376,16 +376,24 @@ func (b wireBody) tail() (uint32, bool) {
 func (in *Ingest) receive(w http.ResponseWriter, r *http.Request) (wireBody, error) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(in.cfg.BodyTimeout))
-	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 	body := http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes)
 	var wb wireBody
+	end := func(err error) (wireBody, error) {
+		err = bodyReadError(err)
+		if err == nil {
+			// The whole body is in: the rest of the request has the
+			// server's own timeouts again.
+			_ = rc.SetReadDeadline(time.Time{})
+		}
+		return wb, err
+	}
 	for {
 		if len(wb.chunks) == 0 || len(wb.chunks[len(wb.chunks)-1]) == cap(wb.chunks[len(wb.chunks)-1]) {
 			// Wait for the next byte before taking memory for it.
 			var one [1]byte
 			n, err := io.ReadFull(body, one[:])
 			if n == 0 {
-				return wb, bodyReadError(err)
+				return end(err)
 			}
 			c, err := in.mem.get(r.Context(), 1<<minBufferClass, in.cfg.QueueWait)
 			if err != nil {
@@ -399,7 +407,7 @@ func (in *Ingest) receive(w http.ResponseWriter, r *http.Request) (wireBody, err
 		wb.chunks[len(wb.chunks)-1] = c[:len(c)+n]
 		wb.n += int64(n)
 		if err != nil {
-			return wb, bodyReadError(err)
+			return end(err)
 		}
 	}
 }
@@ -531,6 +539,8 @@ func (in *Ingest) bodyFailed(w http.ResponseWriter, wire int64, err error) {
 	case errors.Is(err, errNoMemory):
 		in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, wire, "ingest memory is in use by other batches, retry later")
 	case errors.Is(err, errBodyTimeout):
+		// The connection is mid-body: answer and close it.
+		w.Header().Set("Connection", "close")
 		in.fail(w, http.StatusRequestTimeout, StatusMalformed, wire,
 			fmt.Sprintf("request body not received within %s", in.cfg.BodyTimeout))
 	case errors.As(err, &mbe):

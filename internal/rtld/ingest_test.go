@@ -207,7 +207,7 @@ func TestIngestSpoolFullAndInFlight(t *testing.T) {
 	// One request blocks in the spool; the second is turned away.
 	block := make(chan struct{})
 	sp2 := &memSpool{block: block, entered: make(chan struct{}, 1)}
-	srv2, _ := newTestIngest(t, IngestConfig{MaxInFlight: 1}, sp2, nil)
+	srv2, _ := newTestIngest(t, IngestConfig{MaxInFlight: 1, QueueWait: 100 * time.Millisecond}, sp2, nil)
 	done := make(chan int)
 	go func() {
 		resp, _ := post(t, srv2.URL+"/ingest/env", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 1)), true)
