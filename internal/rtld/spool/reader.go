@@ -112,6 +112,9 @@ func (s *Spool) clamp(p, oldest Position) Position {
 // ctx ends. The reader's persisted position moves only with Commit, so after
 // a crash delivery resumes at the last committed entry.
 func (r *Reader) Next(ctx context.Context, maxEntries int, maxBytes int64) ([]Entry, error) {
+	// Hold no segment open between calls: a deleted segment's space is
+	// freed only when its last descriptor closes.
+	defer r.closeFile()
 	var out []Entry
 	var total int64
 	for {

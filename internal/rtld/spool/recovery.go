@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
 var segName = regexp.MustCompile(`^(\d{20})\.seg$`)
@@ -96,10 +95,6 @@ func (s *Spool) recover() error {
 		if err != nil {
 			return err
 		}
-		if err := s.sync(f); err != nil {
-			f.Close()
-			return err
-		}
 		s.segments = append(s.segments, seg)
 		s.active = f
 	}
@@ -109,19 +104,15 @@ func (s *Spool) recover() error {
 	return s.syncDir()
 }
 
-// createSegment creates the segment file for index first with its header.
+// createSegment creates the (empty) segment file for index first; the
+// writer puts the header in front of its first entry. An empty file needs
+// no data block, so a segment can be started on a full disk.
 func (s *Spool) createSegment(first uint64) (*segment, *os.File, error) {
 	seg := &segment{first: first, next: first, version: formatVersion, path: segPath(s.opts.Dir, first)}
 	f, err := os.OpenFile(seg.path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating spool segment: %w", err)
 	}
-	if _, err := f.Write(encodeSegmentHeader(first, time.Now().UnixNano())); err != nil {
-		f.Close()
-		_ = os.Remove(seg.path)
-		return nil, nil, fmt.Errorf("writing spool segment header: %w", err)
-	}
-	seg.size = segHeaderSize
 	return seg, f, nil
 }
 

@@ -35,6 +35,7 @@ func (s *Spool) deleteDelivered() {
 		kept = append(kept, seg)
 	}
 	s.segments = kept
+	s.reclaimActive()
 	if len(gone) > 0 {
 		s.rejecting = false
 		if s.noSpace {
@@ -71,9 +72,26 @@ func (s *Spool) probeSpace() {
 		return
 	}
 	s.lastProbe = now
+	if s.reclaimActive() {
+		return
+	}
 	free, err := freeBytes(s.opts.Dir)
 	if err != nil || free >= freeSpaceToResume {
 		s.noSpace = false
 		s.log.Info("spool: the disk has space again; accepting batches", "dir", s.opts.Dir, "free_bytes", free)
 	}
+}
+
+// reclaimActive handles a full disk whose space the active segment holds
+// although every reader has passed it: it asks the writer to replace the
+// segment (see writeBatch) and lets the next Append through. Callers hold
+// s.mu.
+func (s *Spool) reclaimActive() bool {
+	last := s.segments[len(s.segments)-1]
+	if !s.noSpace || len(s.readers) == 0 || last.size <= last.start() || !s.passedByAll(last) {
+		return false
+	}
+	s.noSpace, s.reclaim = false, true
+	s.log.Info("spool: every reader passed the segment being written; replacing it to free space", "segment", filepath.Base(last.path))
+	return true
 }

@@ -3,6 +3,7 @@ package spool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -15,10 +16,17 @@ import (
 // tmpfs: appends fail with ErrNoSpace and Full turns true, yet readers go
 // on committing (cursors need no new space), their commits delete
 // delivered segments, and appends succeed again. Space freed by someone
-// else is noticed too.
+// else is noticed too. With segments bigger than the disk, the segment
+// being written is replaced once every reader passed it.
 func TestFullDiskRefusesCommitsAndRecovers(t *testing.T) {
+	for _, seg := range []int64{256 << 10, 64 << 20} {
+		t.Run(fmt.Sprintf("segments of %d KiB", seg>>10), func(t *testing.T) { testFullDisk(t, seg) })
+	}
+}
+
+func testFullDisk(t *testing.T, segmentBytes int64) {
 	dir := testenv.TmpFS(t, 2<<20)
-	s, err := Open(Options{Dir: filepath.Join(dir, "spool"), SegmentBytes: 256 << 10, Readers: []string{"a", "b"}})
+	s, err := Open(Options{Dir: filepath.Join(dir, "spool"), SegmentBytes: segmentBytes, Readers: []string{"a", "b"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,8 +63,12 @@ func TestFullDiskRefusesCommitsAndRecovers(t *testing.T) {
 			}
 		}
 	}
-	if s.Full() {
-		t.Fatalf("still full after every reader passed everything (stats %+v)", s.Stats())
+	deadline := time.Now().Add(3 * time.Second)
+	for s.Full() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still full 3s after every reader passed everything (stats %+v)", s.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if err := s.Append(ctx, payload); err != nil {
 		t.Fatalf("append after delivery freed space: %v", err)
@@ -82,7 +94,7 @@ func TestFullDiskRefusesCommitsAndRecovers(t *testing.T) {
 		}
 	}
 	os.Remove(junk)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for s.Full() {
 		if time.Now().After(deadline) {
 			t.Fatal("still full 5s after the space came back")

@@ -166,6 +166,10 @@ type Spool struct {
 	// segments are deleted or a probe finds space again.
 	noSpace   bool
 	lastProbe time.Time
+	// reclaim asks the writer to replace the active segment, which every
+	// reader has passed, by a new one so it can be deleted (the disk is
+	// full and the active segment holds the space).
+	reclaim bool
 	// damaged lists the known damaged spans per segment, so readers skip
 	// them and each is quarantined and counted once.
 	damaged        map[uint64][]span
@@ -386,7 +390,7 @@ func (s *Spool) bytesAfter(p Position) int64 {
 	for _, seg := range s.segments {
 		switch {
 		case seg.first > p.Segment:
-			n += seg.size - seg.start()
+			n += max(seg.size-seg.start(), 0)
 		case seg.first == p.Segment:
 			n += max(seg.size-max(p.Offset, seg.start()), 0)
 		}

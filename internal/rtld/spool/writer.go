@@ -135,13 +135,37 @@ func (s *Spool) writeBatch(batch []appendReq, w *segmentWriter) error {
 	s.mu.Lock()
 	last := s.segments[len(s.segments)-1]
 	size, next := last.size, last.next
+	reclaim := s.reclaim && last.size > last.start() && s.passedByAll(last)
+	s.reclaim = false
 	s.mu.Unlock()
 	w.f = s.active
 
 	newDir := false
+	if reclaim {
+		// Every reader passed the whole active segment and the disk is
+		// full: start the next segment (an empty file needs no space), so
+		// the old one is deleted before anything is written.
+		seg, f, err := s.createSegment(next)
+		if err != nil {
+			return s.writeFailed(err, w)
+		}
+		_ = s.active.Close()
+		s.active, w.f = f, f
+		s.mu.Lock()
+		s.segments = append(s.segments, seg)
+		s.mu.Unlock()
+		s.deleteDelivered()
+		last, size, newDir = seg, 0, true
+	}
 	// size and next include what was written since the last publication.
 	for _, r := range batch {
-		if size > last.start() && size+r.size > s.opts.SegmentBytes {
+		if size == 0 {
+			// A new segment: its header goes in front of the first entry.
+			if _, err := w.raw(encodeSegmentHeader(last.first, time.Now().UnixNano())); err != nil {
+				return s.writeFailed(err, w)
+			}
+			size = segHeaderSize
+		} else if size > last.start() && size+r.size > s.opts.SegmentBytes {
 			// Roll: finish the active segment, publish it, start the next.
 			if err := w.flush(); err != nil {
 				return s.writeFailed(err, w)
@@ -157,11 +181,15 @@ func (s *Spool) writeBatch(batch []appendReq, w *segmentWriter) error {
 			s.active, w.f = f, f
 			newDir = true
 			s.mu.Lock()
-			s.total += size - last.size + seg.size
+			s.total += size - last.size
 			last.size, last.next = size, next
 			s.segments = append(s.segments, seg)
 			s.mu.Unlock()
-			last, size = seg, seg.size
+			last = seg
+			if _, err := w.raw(encodeSegmentHeader(last.first, time.Now().UnixNano())); err != nil {
+				return s.writeFailed(err, w)
+			}
+			size = segHeaderSize
 		}
 		n, err := w.writeEntry(next, r.time, r.p)
 		if err != nil {
