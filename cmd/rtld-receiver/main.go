@@ -113,7 +113,7 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("ingest.max-record-bytes", "Largest single record (JSON); a batch holding a bigger one gets 413, since Kafka could never take it (keep under the broker's message.max.bytes).").Default("512KiB").BytesVar(&f.maxRecordBytes)
 	app.Flag("ingest.max-in-flight", "Received requests decompressed, decoded and spooled at once; a request waits briefly for a slot, then gets 503 with Retry-After. A slot is taken only once the body has arrived.").Default("16").IntVar(&f.maxInFlight)
 	// Memory and slow senders (see the README's sizing rule).
-	app.Flag("ingest.max-memory-bytes", "Memory for request bodies in flight, as received and decompressed; a request beyond it waits briefly, then gets 503 with Retry-After. Size the memory limit from it: see the README's sizing rule.").Default("256MiB").BytesVar(&f.maxMemoryBytes)
+	app.Flag("ingest.max-memory-bytes", "Memory for request bodies in flight, as received and decompressed; a request beyond it waits briefly, then gets 503 with Retry-After. Size the memory limit from it: see the README's sizing rule.").Default("128MiB").BytesVar(&f.maxMemoryBytes)
 	app.Flag("ingest.body-timeout", "Time a request body may take to arrive; slower senders get 408 and hold no ingest slot meanwhile.").Default("30s").DurationVar(&f.bodyTimeout)
 	app.Flag("ingest.retry-after", "Retry-After sent with 503 answers.").Default("5s").DurationVar(&f.retryAfter)
 	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default("10m").DurationVar(&f.gapGrace)

@@ -70,6 +70,7 @@ func (m *bodyMemory) get(ctx context.Context, n int64, wait time.Duration) ([]by
 		m.mu.Lock()
 		if free := m.idle[c]; len(free) > 0 {
 			buf := free[len(free)-1]
+			free[len(free)-1] = nil
 			m.idle[c] = free[:len(free)-1]
 			m.inUse += size
 			m.mu.Unlock()
@@ -77,8 +78,9 @@ func (m *bodyMemory) get(ctx context.Context, n int64, wait time.Duration) ([]by
 		}
 		// Drop kept buffers of other sizes to make room.
 		for k := m.biggest; m.used+size > m.limit && k >= 0; k-- {
-			for len(m.idle[k]) > 0 && m.used+size > m.limit {
-				m.idle[k] = m.idle[k][:len(m.idle[k])-1]
+			for free := m.idle[k]; len(free) > 0 && m.used+size > m.limit; free = m.idle[k] {
+				free[len(free)-1] = nil // garbage now, not held by the list
+				m.idle[k] = free[:len(free)-1]
 				m.used -= classSize(k)
 			}
 		}

@@ -310,9 +310,13 @@ func (g *GapTracker) sweep(now time.Time) {
 
 // SpoolReader is what the gap tracker needs from its spool cursor.
 type SpoolReader interface {
-	Next(ctx context.Context, maxEntries int, maxBytes int64) ([]spool.Entry, error)
+	NextPrefixes(ctx context.Context, maxEntries, prefix int) ([]spool.Entry, error)
 	Commit(p spool.Position) error
 }
+
+// gapPrefixBytes is how much of each spooled batch the tracker reads: its
+// metadata comes first (a batch with longer metadata is not tracked).
+const gapPrefixBytes = 16 << 10
 
 // Run observes every spooled batch from r until ctx ends, sweeping for gaps
 // and saving its state (then committing r) every interval. It returns nil
@@ -326,8 +330,8 @@ func (g *GapTracker) Run(ctx context.Context, r SpoolReader, interval time.Durat
 	go func() {
 		defer wg.Done()
 		for {
-			// Small reads: the tracker needs only each entry's header.
-			e, err := r.Next(readCtx, 1024, 8<<20)
+			// The tracker needs only each entry's metadata, at its start.
+			e, err := r.NextPrefixes(readCtx, 1024, gapPrefixBytes)
 			if err != nil {
 				readErr <- err
 				return

@@ -36,7 +36,7 @@ import (
 const (
 	DefaultMaxBodyBytes    = 16 << 20
 	DefaultMaxDecodedBytes = 32 << 20
-	DefaultMaxMemoryBytes  = 256 << 20
+	DefaultMaxMemoryBytes  = 128 << 20
 	DefaultMaxInFlight     = 16
 	DefaultMaxRecordBytes  = 512 << 10
 	DefaultRetryAfter      = 5 * time.Second

@@ -191,71 +191,108 @@ type segmentFile struct {
 	start   int64 // offset of the first entry
 }
 
+// readOpts say where readFrame puts a payload.
+type readOpts struct {
+	// alloc puts the payload in a new buffer (handed out to a caller);
+	// otherwise in *scratch, reused.
+	alloc   bool
+	scratch *[]byte
+	// keep > 0 keeps only the payload's first keep bytes; the rest is
+	// still read and checked, in pieces.
+	keep int64
+}
+
 // readFrame decodes the entry at off, which must end by limit. next is
-// the index a version 1 entry at off has (version 1 stores none). The
-// payload is read into a new buffer when alloc is set, else into *scratch.
-func (sf *segmentFile) readFrame(off, limit int64, next uint64, alloc bool, scratch *[]byte) (frame, error) {
-	if sf.version == 1 {
-		return sf.readFrameV1(off, limit, next, alloc, scratch)
-	}
-	if limit-off < entryOverhead {
-		return frame{}, errShort
-	}
+// the index a version 1 entry at off has (version 1 stores none).
+func (sf *segmentFile) readFrame(off, limit int64, next uint64, o readOpts) (frame, error) {
 	var h [entryHeaderLen]byte
-	if _, err := sf.r.ReadAt(h[:], off); err != nil {
-		return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
+	var n, end, dataAt int64
+	var crc uint32
+	fr := frame{index: next}
+	if sf.version == 1 {
+		if limit-off < v1HeaderSize {
+			return frame{}, errShort
+		}
+		if _, err := sf.r.ReadAt(h[:v1HeaderSize], off); err != nil {
+			return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
+		}
+		n = int64(binary.LittleEndian.Uint32(h[0:4]))
+		end, dataAt = off+v1HeaderSize+n, off+v1HeaderSize
+		fr.time = int64(binary.LittleEndian.Uint64(h[8:16]))
+		crc = crc32.Checksum(h[8:16], castagnoli)
+	} else {
+		if limit-off < entryOverhead {
+			return frame{}, errShort
+		}
+		if _, err := sf.r.ReadAt(h[:], off); err != nil {
+			return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
+		}
+		var ok bool
+		if fr.index, fr.time, n, crc, ok = entryHeader(h[:]); !ok {
+			return frame{}, errDamaged
+		}
+		end, dataAt = off+entryHeaderLen+n+entryTrailer, off+entryHeaderLen
 	}
-	index, t, n, crc, ok := entryHeader(h[:])
-	if !ok {
-		return frame{}, errDamaged
-	}
-	end := off + entryHeaderLen + n + entryTrailer
 	if end > limit {
 		return frame{}, errShort
 	}
-	buf := payloadBuf(n+entryTrailer, alloc, scratch)
-	if _, err := sf.r.ReadAt(buf, off+entryHeaderLen); err != nil {
+	keep := n
+	if o.keep > 0 {
+		keep = min(n, o.keep)
+	}
+	trailer := int64(0)
+	if sf.version != 1 {
+		trailer = entryTrailer
+	}
+	// The kept part, with the trailer when the whole payload is kept.
+	var buf []byte
+	if keep == n {
+		buf = payloadBuf(n+trailer, o)
+	} else {
+		buf = payloadBuf(keep, o)
+	}
+	if _, err := sf.r.ReadAt(buf, dataAt); err != nil {
 		return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
 	}
-	data := buf[:n:n]
-	if crc32.Update(crc, castagnoli, data) != binary.LittleEndian.Uint32(buf[n:]) {
+	crc = crc32.Update(crc, castagnoli, buf[:keep])
+	if keep < n {
+		// The rest, in pieces, only for the checksum.
+		piece := make([]byte, min(n-keep+trailer, 1<<20))
+		for at, rest := dataAt+keep, n-keep; rest > 0; {
+			p := piece[:min(rest, int64(len(piece)))]
+			if _, err := sf.r.ReadAt(p, at); err != nil {
+				return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
+			}
+			crc = crc32.Update(crc, castagnoli, p)
+			at, rest = at+int64(len(p)), rest-int64(len(p))
+		}
+		if trailer > 0 {
+			if _, err := sf.r.ReadAt(h[:trailer], dataAt+n); err != nil {
+				return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
+			}
+		}
+	} else if trailer > 0 {
+		copy(h[:trailer], buf[n:])
+	}
+	want := binary.LittleEndian.Uint32(h[4:8]) // version 1: in the header
+	if trailer > 0 {
+		want = binary.LittleEndian.Uint32(h[:trailer])
+	}
+	if crc != want {
 		return frame{}, errDamaged
 	}
-	return frame{index: index, time: t, end: end, data: data}, nil
+	fr.end, fr.data = end, buf[:keep:keep]
+	return fr, nil
 }
 
-func (sf *segmentFile) readFrameV1(off, limit int64, next uint64, alloc bool, scratch *[]byte) (frame, error) {
-	if limit-off < v1HeaderSize {
-		return frame{}, errShort
-	}
-	var h [v1HeaderSize]byte
-	if _, err := sf.r.ReadAt(h[:], off); err != nil {
-		return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
-	}
-	n := int64(binary.LittleEndian.Uint32(h[0:4]))
-	end := off + v1HeaderSize + n
-	if end > limit {
-		return frame{}, errShort
-	}
-	buf := payloadBuf(n, alloc, scratch)
-	if _, err := sf.r.ReadAt(buf, off+v1HeaderSize); err != nil {
-		return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
-	}
-	crc := crc32.Update(crc32.Checksum(h[8:16], castagnoli), castagnoli, buf)
-	if crc != binary.LittleEndian.Uint32(h[4:8]) {
-		return frame{}, errDamaged
-	}
-	return frame{index: next, time: int64(binary.LittleEndian.Uint64(h[8:16])), end: end, data: buf}, nil
-}
-
-func payloadBuf(n int64, alloc bool, scratch *[]byte) []byte {
-	if alloc || scratch == nil {
+func payloadBuf(n int64, o readOpts) []byte {
+	if o.alloc || o.scratch == nil {
 		return make([]byte, n)
 	}
-	if int64(cap(*scratch)) < n {
-		*scratch = make([]byte, n)
+	if int64(cap(*o.scratch)) < n {
+		*o.scratch = make([]byte, n)
 	}
-	return (*scratch)[:n]
+	return (*o.scratch)[:n]
 }
 
 // resync returns the offset of the first intact entry after from (and
@@ -278,7 +315,7 @@ func (sf *segmentFile) resync(from, limit int64, next uint64, scratch *[]byte) (
 				break
 			}
 			off := base + int64(i+j)
-			if fr, err := sf.readFrame(off, limit, 0, false, scratch); err == nil && fr.index >= next {
+			if fr, err := sf.readFrame(off, limit, 0, readOpts{scratch: scratch}); err == nil && fr.index >= next {
 				return off, fr, true
 			}
 			i += j + 1

@@ -112,6 +112,18 @@ func (s *Spool) clamp(p, oldest Position) Position {
 // ctx ends. The reader's persisted position moves only with Commit, so after
 // a crash delivery resumes at the last committed entry.
 func (r *Reader) Next(ctx context.Context, maxEntries int, maxBytes int64) ([]Entry, error) {
+	return r.next(ctx, maxEntries, maxBytes, 0)
+}
+
+// NextPrefixes is Next for a reader that needs only the start of each
+// entry: Data holds at most the first prefix bytes of the payload (the
+// whole payload is still read and checked, in pieces), so big entries are
+// never held in memory whole.
+func (r *Reader) NextPrefixes(ctx context.Context, maxEntries, prefix int) ([]Entry, error) {
+	return r.next(ctx, maxEntries, int64(maxEntries)*int64(prefix), int64(prefix))
+}
+
+func (r *Reader) next(ctx context.Context, maxEntries int, maxBytes, keep int64) ([]Entry, error) {
 	// Hold no segment open between calls: a deleted segment's space is
 	// freed only when its last descriptor closes.
 	defer r.closeFile()
@@ -139,7 +151,7 @@ func (r *Reader) Next(ctx context.Context, maxEntries int, maxBytes int64) ([]En
 			s := *seg
 			damaged := r.s.damaged[seg.first]
 			r.s.mu.Unlock()
-			entries, err := r.readSegment(&s, damaged, maxEntries-len(out), maxBytes-total)
+			entries, err := r.readSegment(&s, damaged, maxEntries-len(out), maxBytes-total, keep)
 			out = append(out, entries...)
 			for _, e := range entries {
 				total += int64(len(e.Data))
@@ -165,7 +177,7 @@ func (r *Reader) Next(ctx context.Context, maxEntries int, maxBytes int64) ([]En
 
 // readSegment reads entries of seg (a copy taken under s.mu) from r.read,
 // skipping the known damaged spans and quarantining damage it finds.
-func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBytes int64) ([]Entry, error) {
+func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBytes, keep int64) ([]Entry, error) {
 	if r.file == nil || r.fileSeg != seg.first {
 		r.closeFile()
 		f, err := os.Open(seg.path)
@@ -182,11 +194,12 @@ func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBy
 			r.read.Offset = to
 			continue
 		}
-		fr, err := sf.readFrame(r.read.Offset, seg.size, r.read.Index, true, nil)
+		o := readOpts{alloc: true, keep: keep}
+		fr, err := sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)
 		if errors.Is(err, errShort) || errors.Is(err, errDamaged) {
 			// Damage found while reading: read once more (a transient
 			// read error looks the same), then skip it like recovery.
-			fr, err = sf.readFrame(r.read.Offset, seg.size, r.read.Index, true, nil)
+			fr, err = sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)
 			if errors.Is(err, errShort) || errors.Is(err, errDamaged) {
 				r.skipDamage(sf, seg)
 				continue

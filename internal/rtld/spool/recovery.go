@@ -146,7 +146,7 @@ func (s *Spool) scan(seg *segment, last bool, nextFirst uint64) error {
 		headerOK = true
 	} else if size > 0 {
 		legacy := segmentFile{r: f, version: 1}
-		if _, err := legacy.readFrame(0, size, seg.first, false, nil); err == nil {
+		if _, err := legacy.readFrame(0, size, seg.first, readOpts{}); err == nil {
 			sf = legacy
 		}
 	}
@@ -162,7 +162,7 @@ func (s *Spool) scan(seg *segment, last bool, nextFirst uint64) error {
 	}
 	var scratch []byte
 	for off < size {
-		fr, err := sf.readFrame(off, size, next, false, &scratch)
+		fr, err := sf.readFrame(off, size, next, readOpts{scratch: &scratch})
 		if err == nil && fr.index >= next {
 			off, next = fr.end, fr.index+1
 			continue
