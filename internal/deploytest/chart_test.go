@@ -18,6 +18,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -146,6 +148,7 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("default values (simulate: true) do not pass --simulate: %v", c.Args)
 	}
 	assertReceiverSpool(t, m, 2)
+	assertReceiverSizes(t, m)
 	assertPods(t, m, "HTTP")
 	assertDashboardConfigMaps(t, m, dashboards)
 }
@@ -226,6 +229,7 @@ func TestChartProduction(t *testing.T) {
 		}
 	}
 	assertReceiverSpool(t, m, -1)
+	assertReceiverSizes(t, m)
 
 	var hpa struct {
 		Spec struct {
@@ -435,6 +439,11 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"unknown granularity", []string{"exporter.granularity=MINUTE"}, "granularity"},
 		{"zero replicas", []string{"exporter.replicas=0"}, "replicas"},
 		{"spool size without binary unit", []string{"receiver.spool.size=10G"}, "receiver.spool.size"},
+		// A spool smaller than two segments with room for the largest batch
+		// would answer 503 forever.
+		{"spool too small for the largest batch", []string{"receiver.spool.size=50Mi"}, "too small for batches of up to receiver.ingest.maxDecodedBytes=32MiB"},
+		{"ingest memory below one request", []string{"receiver.ingest.maxMemoryBytes=32MiB"}, "receiver.ingest.maxMemoryBytes=32MiB cannot hold one request"},
+		{"memory limit without binary unit", []string{"receiver.resources.limits.memory=1G"}, "receiver.resources.limits.memory"},
 		{"unknown value", []string{"exporter.pollIntervall=1m"}, "pollIntervall"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -705,4 +714,45 @@ func quantityBytes(s string) (int64, error) {
 	}
 	shift := map[byte]uint{'K': 10, 'M': 20, 'G': 30, 'T': 40}[m[2][0]]
 	return n << shift, nil
+}
+
+// assertReceiverSizes checks that the receiver's rendered sizes pass the
+// receiver's own start-up checks (a spool that holds two segments with room
+// for the largest batch, ingest memory for one request), and that its memory
+// limit and GOMEMLIMIT follow the README's sizing rule.
+func assertReceiverSizes(t *testing.T, m manifests) {
+	t.Helper()
+	c := workloadOf(t, m, "StatefulSet", "ci-edgepipe-receiver").Spec.Template.Spec.Containers[0]
+	size := func(flag string) int64 {
+		v, ok := c.argValue(flag)
+		if !ok {
+			t.Fatalf("receiver has no %s: %v", flag, c.Args)
+		}
+		n, err := quantityBytes(v)
+		if err != nil {
+			t.Fatalf("%s=%s: %v", flag, v, err)
+		}
+		return n
+	}
+	maxBytes, decoded, mem := size("--spool.max-bytes"), size("--ingest.max-decoded-bytes"), size("--ingest.max-memory-bytes")
+	if need := spool.MinMaxBytes(spool.SegmentBytesFor(maxBytes), rtld.SpoolEntryBytes(decoded)); maxBytes < need {
+		t.Errorf("--spool.max-bytes=%d is below %d: the receiver would refuse to start", maxBytes, need)
+	}
+	if need := rtld.MinMemoryBytes(rtld.DefaultMaxBodyBytes, decoded); mem < need {
+		t.Errorf("--ingest.max-memory-bytes=%d is below %d: the receiver would refuse to start", mem, need)
+	}
+	limit, err := quantityBytes(c.Resources.Limits["memory"])
+	if err != nil {
+		t.Fatalf("receiver memory limit: %v", err)
+	}
+	if rule := 4*mem + 512<<20; limit < rule {
+		t.Errorf("receiver memory limit %d is below the sizing rule's %d", limit, rule)
+	}
+	ev := c.env("GOMEMLIMIT")
+	if ev == nil || ev.Value == nil {
+		t.Fatalf("receiver has no GOMEMLIMIT value: %+v", ev)
+	}
+	if got, err := quantityBytes(*ev.Value); err != nil || got != (limit>>20)*85/100<<20 {
+		t.Errorf("GOMEMLIMIT=%s, want 85%% of the %d-byte limit (%v)", *ev.Value, limit, err)
+	}
 }
