@@ -324,6 +324,23 @@ func (sf *segmentFile) resync(from, limit int64, next uint64, scratch *[]byte) (
 	return 0, frame{}, false
 }
 
+// payloadLen returns the payload length the entry header at off
+// announces, when the header is intact.
+func (sf *segmentFile) payloadLen(off int64) (int64, bool) {
+	var h [entryHeaderLen]byte
+	if sf.version == 1 {
+		if _, err := sf.r.ReadAt(h[:v1HeaderSize], off); err != nil {
+			return 0, false
+		}
+		return int64(binary.LittleEndian.Uint32(h[0:4])), true
+	}
+	if _, err := sf.r.ReadAt(h[:], off); err != nil {
+		return 0, false
+	}
+	_, _, n, _, ok := entryHeader(h[:])
+	return n, ok
+}
+
 // timeAt returns the append time of the entry at off.
 func (sf *segmentFile) timeAt(off int64) (int64, error) {
 	var h [entryHeaderLen]byte

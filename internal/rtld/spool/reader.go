@@ -46,7 +46,7 @@ func (s *Spool) legacyCursorPath(name string) string {
 // loadReader opens a reader's cursor (converting a legacy one) and clamps
 // it to the recovered log.
 func (s *Spool) loadReader(name string) (*Reader, error) {
-	cursor, data, err := statefile.Open(s.cursorPath(name), statefile.Options{Capacity: 256, NoSync: s.opts.noSync})
+	cursor, data, err := statefile.Open(s.cursorPath(name), statefile.Options{Capacity: 256})
 	if err != nil {
 		return nil, fmt.Errorf("opening cursor %s: %w", name, err)
 	}
@@ -151,13 +151,14 @@ func (r *Reader) next(ctx context.Context, maxEntries int, maxBytes, keep int64)
 			s := *seg
 			damaged := r.s.damaged[seg.first]
 			r.s.mu.Unlock()
-			entries, err := r.readSegment(&s, damaged, maxEntries-len(out), maxBytes-total, keep)
+			entries, err := r.readSegment(&s, damaged, maxEntries-len(out), maxBytes-total, keep, len(out) > 0)
+			if err != nil || (len(entries) == 0 && len(out) > 0) {
+				// An error, or the next entry would pass maxBytes.
+				return append(out, entries...), err
+			}
 			out = append(out, entries...)
 			for _, e := range entries {
 				total += int64(len(e.Data))
-			}
-			if err != nil {
-				return out, err
 			}
 			continue
 		}
@@ -176,8 +177,10 @@ func (r *Reader) next(ctx context.Context, maxEntries int, maxBytes, keep int64)
 }
 
 // readSegment reads entries of seg (a copy taken under s.mu) from r.read,
-// skipping the known damaged spans and quarantining damage it finds.
-func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBytes, keep int64) ([]Entry, error) {
+// up to maxEntries and maxBytes (one entry even beyond it unless some are
+// already out), skipping the known damaged spans and quarantining damage
+// it finds.
+func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBytes, keep int64, haveSome bool) ([]Entry, error) {
 	if r.file == nil || r.fileSeg != seg.first {
 		r.closeFile()
 		f, err := os.Open(seg.path)
@@ -189,10 +192,22 @@ func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBy
 	sf := segmentFile{r: r.file, version: seg.version, start: seg.start()}
 	var out []Entry
 	var total int64
-	for r.read.Offset < seg.size && len(out) < maxEntries && (total < maxBytes || len(out) == 0) {
+	for r.read.Offset < seg.size && len(out) < maxEntries {
 		if to, ok := skip(damaged, r.read.Offset); ok {
 			r.read.Offset = to
 			continue
+		}
+		if haveSome || len(out) > 0 {
+			// Stop before an entry that would pass maxBytes: a group of
+			// big entries must not grow past it by a whole entry.
+			if n, ok := sf.payloadLen(r.read.Offset); ok {
+				if keep > 0 {
+					n = min(n, keep)
+				}
+				if total+n > maxBytes {
+					break
+				}
+			}
 		}
 		o := readOpts{alloc: true, keep: keep}
 		fr, err := sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)

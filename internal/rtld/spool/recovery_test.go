@@ -437,3 +437,33 @@ func TestNextPrefixesChecksWholeEntries(t *testing.T) {
 		t.Fatalf("damage past the prefix not counted: %+v", s.Stats())
 	}
 }
+
+// TestNextStopsBeforePassingMaxBytes: a group grows past maxBytes only by
+// its first entry.
+func TestNextStopsBeforePassingMaxBytes(t *testing.T) {
+	s := open(t, t.TempDir(), Options{SegmentBytes: 10 << 10, Readers: []string{"a"}})
+	for _, n := range []int{3000, 3000, 3000, 5000, 1000} { // across segments too
+		if err := s.Append(context.Background(), make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, _ := s.Reader("a")
+	var sizes [][]int
+	for len(sizes) < 10 && !caughtUp(r) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		e, err := r.Next(ctx, 100, 7000)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var g []int
+		for _, en := range e {
+			g = append(g, len(en.Data))
+		}
+		sizes = append(sizes, g)
+		// 7000 bytes per read: 3000+3000, 3000, 5000+1000.
+	}
+	if fmt.Sprint(sizes) != "[[3000 3000] [3000] [5000 1000]]" {
+		t.Fatalf("groups %v", sizes)
+	}
+}

@@ -363,17 +363,7 @@ func (s *Spool) Stats() Stats {
 	var off int64
 	if minPos != nil && minPos.Index < end.Index {
 		st.Entries = end.Index - minPos.Index
-		for _, seg := range s.segments {
-			switch {
-			case seg.first == minPos.Segment && minPos.Offset < seg.size:
-				oldest, off = seg, minPos.Offset
-			case seg.first > minPos.Segment && oldest == nil && seg.size > seg.start():
-				oldest, off = seg, seg.start()
-			default:
-				continue
-			}
-			break
-		}
+		oldest, off = s.entryAt(*minPos)
 	}
 	s.mu.Unlock()
 	if oldest != nil {
@@ -382,6 +372,20 @@ func (s *Spool) Stats() Stats {
 		}
 	}
 	return st
+}
+
+// entryAt returns where the first entry at or after p starts (nil when
+// there is none). Callers hold s.mu.
+func (s *Spool) entryAt(p Position) (*segment, int64) {
+	for _, seg := range s.segments {
+		switch {
+		case seg.first == p.Segment && p.Offset < seg.size:
+			return seg, p.Offset
+		case seg.first > p.Segment && seg.size > seg.start():
+			return seg, seg.start()
+		}
+	}
+	return nil, 0
 }
 
 // bytesAfter counts the log bytes after p. Callers hold s.mu.

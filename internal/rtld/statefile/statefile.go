@@ -38,7 +38,6 @@ type File struct {
 	path string
 	slot int64  // slot size in bytes, header included
 	seq  uint64 // sequence of the newest slot
-	sync bool
 }
 
 // Options configure Open.
@@ -46,8 +45,6 @@ type Options struct {
 	// Capacity is the content size the slots are made for when the file is
 	// created (at least 64 bytes). Larger content grows the file.
 	Capacity int
-	// NoSync skips fsync; only for tests that measure something else.
-	NoSync bool
 }
 
 // Open opens the state file at path, creating it (empty) if it does not
@@ -57,7 +54,7 @@ func Open(path string, opts Options) (*File, []byte, error) {
 	if opts.Capacity < 64 {
 		opts.Capacity = 64
 	}
-	s := &File{path: path, sync: !opts.NoSync}
+	s := &File{path: path}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		if err := s.create(nil, slotSize(opts.Capacity)); err != nil {
 			return nil, nil, err
@@ -143,7 +140,7 @@ func (s *File) create(data []byte, slot int64) error {
 		return fmt.Errorf("creating state file %s: %w", filepath.Base(s.path), err)
 	}
 	_, err = f.Write(buf)
-	if err == nil && s.sync {
+	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -152,7 +149,7 @@ func (s *File) create(data []byte, slot int64) error {
 	if err == nil {
 		err = os.Rename(tmp, s.path)
 	}
-	if err == nil && s.sync {
+	if err == nil {
 		err = syncDir(filepath.Dir(s.path))
 	}
 	if err != nil {
@@ -186,10 +183,8 @@ func (s *File) Write(data []byte) error {
 	if _, err := s.f.WriteAt(buf, target*s.slot); err != nil {
 		return fmt.Errorf("writing state file %s: %w", filepath.Base(s.path), err)
 	}
-	if s.sync {
-		if err := s.f.Sync(); err != nil {
-			return fmt.Errorf("syncing state file %s: %w", filepath.Base(s.path), err)
-		}
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("syncing state file %s: %w", filepath.Base(s.path), err)
 	}
 	s.seq++
 	return nil
