@@ -34,15 +34,7 @@ func (s *Spool) recover() error {
 		first, _ := strconv.ParseUint(m[1], 10, 64)
 		s.segments = append(s.segments, &segment{first: first, path: filepath.Join(s.opts.Dir, de.Name())})
 	}
-	slices.SortFunc(s.segments, func(a, b *segment) int {
-		switch {
-		case a.first < b.first:
-			return -1
-		case a.first > b.first:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s.segments, func(a, b *segment) int { return cmp.Compare(a.first, b.first) })
 	for i, seg := range s.segments {
 		// The next segment's name bounds this one's indexes: it tells how
 		// many entries damage at the end of this one took.
