@@ -818,6 +818,7 @@ tests:
           - exp_labels: {severity: critical, namespace: edgepipe, pod: ci-edgepipe-receiver-0}
             exp_annotations:
               summary: "damaged bytes in the spool of ci-edgepipe-receiver-0: acknowledged batches lost"
+              runbook_url: "%[2]s#edgepipespoolcorrupt"
               description: "The receiver found spool bytes that fail their checksums, kept them in *.corrupt files beside the segment, and delivered everything else; edgepipe_rtld_spool_corrupt_entries_total counts the batches lost. The error log names the segment and offsets. Check the volume (disk errors, a bad node) and keep the .corrupt files for analysis."
       - eval_time: 5m
         alertname: EdgepipeSpoolDiskFull
@@ -828,8 +829,9 @@ tests:
           - exp_labels: {severity: critical, namespace: edgepipe, pod: ci-edgepipe-receiver-0}
             exp_annotations:
               summary: "the spool disk of ci-edgepipe-receiver-0 is full"
+              runbook_url: "%[2]s#edgepipespooldiskfull"
               description: "Ingest answers 503 and /readyz fails until delivery frees segments or the volume grows; delivery goes on. Is a sink down (see edgepipe_rtld_sink_lag_bytes), or is --spool.max-bytes larger than the volume?"
-`, pod)
+`, pod, "https://github.com/edgepipe/edgepipe/blob/main/deploy/helm/edgepipe/README.md")
 	if err := os.WriteFile(filepath.Join(dir, "tests.yml"), []byte(tests), 0o644); err != nil {
 		t.Fatal(err)
 	}
