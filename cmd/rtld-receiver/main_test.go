@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseFlagsDefaultsAndLists(t *testing.T) {
@@ -137,5 +138,99 @@ func TestKafkaSecurityFlags(t *testing.T) {
 	}
 	if strings.Contains(logged.String(), pass) {
 		t.Errorf("the log holds the Kafka password:\n%s", logged.String())
+	}
+}
+
+func TestClickHouseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		wantErr   string
+		retention time.Duration
+	}{
+		{args: nil},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.retention=30d"}, retention: 30 * 24 * time.Hour},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.cluster=c", "--clickhouse.insert-quorum=2"}},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.insert-quorum=2"}, wantErr: "only with --clickhouse.cluster"},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.retention=-1h"}, wantErr: "not a valid duration"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			f, err := parseFlags(tc.args)
+			if err != nil {
+				if tc.wantErr != "" && strings.Contains(err.Error(), tc.wantErr) {
+					return
+				}
+				t.Fatal(err)
+			}
+			c, err := clickhouseConfig(f, "")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want one mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (c == nil) != (f.clickhouseDSN == "") {
+				t.Fatalf("config %+v for DSN %q", c, f.clickhouseDSN)
+			}
+			if c != nil && c.Retention != tc.retention {
+				t.Errorf("retention %v, want %v", c.Retention, tc.retention)
+			}
+		})
+	}
+}
+
+func TestRecordLimitMustFitKafka(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--kafka.brokers=k:9092"}, true}, // 512KiB ≤ 1MiB
+		{[]string{"--kafka.brokers=k:9092", "--ingest.max-record-bytes=4MiB"}, false},
+		{[]string{"--kafka.brokers=k:9092", "--ingest.max-record-bytes=4MiB", "--kafka.max-message-bytes=10MiB"}, true},
+		{[]string{"--kafka.brokers=k:9092", "--ingest.max-record-bytes=1MiB", "--kafka.max-message-bytes=1MiB"}, true},
+		{[]string{"--ingest.max-record-bytes=4MiB"}, true}, // no Kafka
+	} {
+		f, err := parseFlags(tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = checkRecordLimit(f)
+		if (err == nil) != tc.ok {
+			t.Errorf("%v: %v", tc.args, err)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "--ingest.max-record-bytes") || !strings.Contains(err.Error(), "--kafka.max-message-bytes")) {
+			t.Errorf("error does not name both flags: %v", err)
+		}
+	}
+}
+
+func TestCommands(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		command string
+		sink    string
+	}{
+		{nil, cmdRun, ""},
+		{[]string{"--spool.dir=/x"}, cmdRun, ""},
+		{[]string{"run", "--spool.dir=/x"}, cmdRun, ""},
+		{[]string{"dead-letter", "list", "--spool.dir=/x"}, cmdDeadLetterList, ""},
+		{[]string{"dead-letter", "replay", "--sink", "kafka", "--kafka.brokers=k:9092"}, cmdDeadLetterReplay, "kafka"},
+	} {
+		f, err := parseFlags(tc.args)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if f.command != tc.command || f.deadLetterSink != tc.sink {
+			t.Errorf("%v: command %q sink %q", tc.args, f.command, f.deadLetterSink)
+		}
+	}
+	if _, err := parseFlags([]string{"dead-letter", "replay", "--sink", "s3"}); err == nil {
+		t.Error("--sink s3 accepted")
+	}
+	f, _ := parseFlags(nil)
+	if f.kafkaMaxMessageBytes != 1<<20 || f.deadLetterMaxBytes != 1<<30 {
+		t.Errorf("defaults: --kafka.max-message-bytes %d, --dead-letter.max-bytes %d", f.kafkaMaxMessageBytes, f.deadLetterMaxBytes)
 	}
 }

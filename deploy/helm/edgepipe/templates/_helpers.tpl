@@ -29,14 +29,35 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Common labels. */}}
+{{/* Common labels: the chart's own and commonLabels. */}}
 {{- define "edgepipe.labels" -}}
-helm.sh/chart: {{ include "edgepipe.chart" . }}
-app.kubernetes.io/name: {{ include "edgepipe.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: edgepipe
+{{- include "edgepipe.labelsWith" (dict "ctx" . "extra" (dict)) }}
+{{- end }}
+
+{{/*
+Common labels plus extra labels (a dict); call with (dict "ctx" $ "extra" $labels).
+The chart's own labels win over extra, and extra over commonLabels.
+*/}}
+{{- define "edgepipe.labelsWith" -}}
+{{- $c := .ctx }}
+{{- $own := dict
+  "helm.sh/chart" (include "edgepipe.chart" $c)
+  "app.kubernetes.io/name" (include "edgepipe.name" $c)
+  "app.kubernetes.io/instance" $c.Release.Name
+  "app.kubernetes.io/version" $c.Chart.AppVersion
+  "app.kubernetes.io/managed-by" $c.Release.Service
+  "app.kubernetes.io/part-of" "edgepipe" }}
+{{- toYaml (merge $own (deepCopy .extra) (deepCopy (default (dict) $c.Values.commonLabels))) }}
+{{- end }}
+
+{{/*
+Labels of a component's pods: its selector labels, then podLabels (a dict),
+then commonLabels; call with (dict "ctx" $ "component" "exporter" "podLabels" $labels).
+Not used for selectors or volumeClaimTemplates, which cannot change after install.
+*/}}
+{{- define "edgepipe.podLabels" -}}
+{{- $sel := include "edgepipe.selectorLabels" . | fromYaml }}
+{{- toYaml (merge $sel (deepCopy (default (dict) .podLabels)) (deepCopy (default (dict) .ctx.Values.commonLabels))) }}
 {{- end }}
 
 {{/* Selector labels of one component; call with (dict "ctx" $ "component" "exporter"). */}}
@@ -54,8 +75,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* The image: repository@digest when image.digest is set (the tag is then ignored), else repository:tag. */}}
 {{- define "edgepipe.image" -}}
+{{- with .Values.image.digest }}
+{{- printf "%s@%s" $.Values.image.repository . }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Name of the Secret holding credentials. */}}
@@ -180,6 +206,20 @@ readinessProbe:
 {{- ternary "https" "http" (and .Values.webConfig.enabled .Values.webConfig.tls) }}
 {{- end }}
 
+{{/* A size in MiB: dict "v" value "what" its name. Accepts Mi, Gi, Ti and
+MiB, GiB, TiB (what Kubernetes and the receiver's flags write); fails on
+others. */}}
+{{- define "edgepipe.mib" -}}
+{{- $v := toString .v }}
+{{- if not (regexMatch "^[0-9]+(Mi|Gi|Ti)B?$" $v) }}
+{{- fail (printf "%s %q: use Mi, Gi or Ti (or MiB, GiB, TiB)" .what $v) }}
+{{- end }}
+{{- $n := regexReplaceAll "^([0-9]+).*$" $v "${1}" | int64 }}
+{{- $unit := regexReplaceAll "^[0-9]+(Mi|Gi|Ti)B?$" $v "${1}" }}
+{{- if eq $unit "Gi" }}{{ $n = mul $n 1024 }}{{ else if eq $unit "Ti" }}{{ $n = mul $n 1048576 }}{{ end }}
+{{- $n }}
+{{- end }}
+
 {{/* The spool's size bound: receiver.spool.maxBytes, or 90% of the volume
 (the filesystem and the segment being written need the rest). */}}
 {{- define "edgepipe.spoolMaxBytes" -}}
@@ -187,13 +227,67 @@ readinessProbe:
 {{- if $s.maxBytes }}
 {{- $s.maxBytes }}
 {{- else }}
-{{- $m := regexFindAll "^([0-9]+)(Mi|Gi|Ti)$" (toString $s.size) 1 }}
-{{- if not $m }}
-{{- fail (printf "receiver.spool.size %q: use Mi, Gi or Ti, or set receiver.spool.maxBytes" (toString $s.size)) }}
-{{- end }}
-{{- $n := regexReplaceAll "^([0-9]+)(Mi|Gi|Ti)$" (toString $s.size) "${1}" | int64 }}
-{{- $unit := regexReplaceAll "^([0-9]+)(Mi|Gi|Ti)$" (toString $s.size) "${2}" }}
-{{- $mib := ternary $n (ternary (mul $n 1024) (mul $n 1048576) (eq $unit "Gi")) (eq $unit "Mi") }}
+{{- $mib := include "edgepipe.mib" (dict "v" $s.size "what" "receiver.spool.size (or set receiver.spool.maxBytes)") | int64 }}
 {{- printf "%dMiB" (div (mul $mib 9) 10) }}
 {{- end }}
+{{- end }}
+
+{{/*
+The dead-letter store's bound (--dead-letter.max-bytes): receiver.deadLetter.maxBytes,
+or 5% of the spool volume (it shares the volume with the spool).
+*/}}
+{{- define "edgepipe.deadLetterMaxBytes" -}}
+{{- with .Values.receiver.deadLetter.maxBytes }}
+{{- . }}
+{{- else }}
+{{- $mib := include "edgepipe.mib" (dict "v" .Values.receiver.spool.size "what" "receiver.spool.size (or set receiver.deadLetter.maxBytes)") | int64 }}
+{{- printf "%dMiB" (max 1 (div (mul $mib 5) 100)) }}
+{{- end }}
+{{- end }}
+
+{{/* Refuses receiver sizes that cannot work, as the receiver would at start
+(cmd/rtld-receiver checkSizes): a spool bound below two segments with room
+for the largest batch, or an ingest memory bound below one request. */}}
+{{- define "edgepipe.receiverSizesCheck" -}}
+{{- $r := .Values.receiver }}
+{{- $max := include "edgepipe.mib" (dict "v" (include "edgepipe.spoolMaxBytes" .) "what" "receiver.spool.maxBytes") | int64 }}
+{{- $dec := include "edgepipe.mib" (dict "v" $r.ingest.maxDecodedBytes "what" "receiver.ingest.maxDecodedBytes") | int64 }}
+{{- $mem := include "edgepipe.mib" (dict "v" $r.ingest.maxMemoryBytes "what" "receiver.ingest.maxMemoryBytes") | int64 }}
+{{- $seg := max 1 (min 64 (div $max 16)) }}
+{{- $need := mul 2 (add $seg $dec (div $dec 64) 1) }}
+{{- if lt $max $need }}
+{{- fail (printf "receiver.spool.size %v gives --spool.max-bytes=%dMiB, too small for batches of up to receiver.ingest.maxDecodedBytes=%v: the spool frees whole segments (%dMiB here), so it needs at least %dMiB; raise receiver.spool.size or lower receiver.ingest.maxDecodedBytes" $r.spool.size $max $r.ingest.maxDecodedBytes $seg $need) }}
+{{- end }}
+{{- $needMem := add 16 $dec (div (add $dec 3) 4) }}
+{{- if lt $mem $needMem }}
+{{- fail (printf "receiver.ingest.maxMemoryBytes=%v cannot hold one request of 16MiB as sent and receiver.ingest.maxDecodedBytes=%v decompressed: use at least %dMiB" $r.ingest.maxMemoryBytes $r.ingest.maxDecodedBytes $needMem) }}
+{{- end }}
+{{- end }}
+
+{{/* The receiver's memory limit in MiB: receiver.resources.limits.memory,
+or the sizing rule 4 x ingest.maxMemoryBytes + 512Mi (bodies in flight,
+two delivery groups per sink, the runtime, and the garbage collector's
+headroom; see the README). */}}
+{{- define "edgepipe.receiverMemoryLimitMiB" -}}
+{{- $l := dig "limits" "memory" "" .Values.receiver.resources }}
+{{- if $l }}
+{{- include "edgepipe.mib" (dict "v" $l "what" "receiver.resources.limits.memory") }}
+{{- else }}
+{{- $mem := include "edgepipe.mib" (dict "v" .Values.receiver.ingest.maxMemoryBytes "what" "receiver.ingest.maxMemoryBytes") | int64 }}
+{{- add (mul 4 $mem) 512 }}
+{{- end }}
+{{- end }}
+
+{{/* The receiver's resources: receiver.resources, with the memory limit
+(and a request of half of it) filled in from the sizing rule when unset. */}}
+{{- define "edgepipe.receiverResources" -}}
+{{- $res := deepCopy .Values.receiver.resources }}
+{{- $limit := include "edgepipe.receiverMemoryLimitMiB" . | int64 }}
+{{- $limits := $res.limits | default dict }}
+{{- $requests := $res.requests | default dict }}
+{{- if not $limits.memory }}{{ $_ := set $limits "memory" (printf "%dMi" $limit) }}{{ end }}
+{{- if not $requests.memory }}{{ $_ := set $requests "memory" (printf "%dMi" (div $limit 2)) }}{{ end }}
+{{- $_ := set $res "limits" $limits }}
+{{- $_ := set $res "requests" $requests }}
+{{- toYaml $res }}
 {{- end }}

@@ -1,10 +1,13 @@
 package logtable
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,8 +29,14 @@ func TestParseTimestamp(t *testing.T) {
 		{`"1523916295.5"`, 1523916295, 500000, true},
 		{"1.523916295768957e9", 1523916295, 768957, true},
 		{"1523916295.1234567", 1523916295, 123456, true},
+		{"5000000000.5", 5000000000, 500000, true},
+		{"-5", -5, 0, true},
+		{"-5.25", -6, 750000, true},
+		{"-2.5e0", -3, 500000, true},
 		{`"yesterday"`, 0, 0, false},
-		{"-5", 0, 0, false},
+		{"--5", 0, 0, false},
+		{"+5", 0, 0, false},
+		{"1e300", 0, 0, false},
 	} {
 		sec, us, ok := parseTimestamp(tc.in)
 		if sec != tc.sec || ok != tc.ok || (ok && absDiff(us, tc.us) > 1) {
@@ -149,7 +158,10 @@ func TestBuildColumnsValues(t *testing.T) {
 		{Code: "total_time", Type: accesslog.TypeFloat},
 		{Code: "timestamp", Type: accesslog.TypeTimestamp},
 	}
-	cols := accessColumns(clickhouse.Version{}, fields, nil) // no DateTime64: timestamp_us column
+	cols, err := accessColumns(clickhouse.Version{}, fields, nil) // no DateTime64: timestamp_us column
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		record string
@@ -167,6 +179,13 @@ func TestBuildColumnsValues(t *testing.T) {
 		{"object in a string column", `{"host":{"a":1}}`, "", 0, 0, 0, 0, `{"host":{"a":1}}`},
 		{"quoted number", `{"status_code":"404","total_time":"1.5"}`, "", 404, 1.5, 0, 0, ""},
 		{"mistyped number", `{"status_code":"oops"}`, "", 0, 0, 0, 0, `{"status_code":"oops"}`},
+		{"integer beyond Int64", `{"status_code":9223372036854775808}`, "", 0, 0, 0, 0, `{"status_code":9223372036854775808}`},
+		{"integer with a fraction", `{"status_code":200.5}`, "", 0, 0, 0, 0, `{"status_code":200.5}`},
+		{"integral float", `{"status_code":2e2}`, "", 200, 0, 0, 0, ""},
+		{"timestamp beyond DateTime", `{"timestamp":5000000000.5}`, "", 0, 0, 0, 0, `{"timestamp":5000000000.5}`},
+		{"timestamp 2^32", `{"timestamp":4294967296}`, "", 0, 0, 0, 0, `{"timestamp":4294967296}`},
+		{"timestamp 2^32-1", `{"timestamp":4294967295}`, "", 0, 0, 4294967295, 0, ""},
+		{"negative timestamp", `{"timestamp":-5}`, "", 0, 0, 0, 0, `{"timestamp":-5}`},
 		{"null", `{"host":null,"status_code":null}`, "", 0, 0, 0, 0, ""},
 		{"repeated key: last wins", `{"status_code":1,"host":"x","status_code":2}`, "x", 2, 0, 0, 0, ""},
 		{"escaped key", `{"ho\u0073t":"y"}`, "y", 0, 0, 0, 0, ""},
@@ -182,12 +201,16 @@ func TestBuildColumnsValues(t *testing.T) {
 			if d.rows != 2 {
 				t.Fatalf("rows = %d", d.rows)
 			}
-			got := fmt.Sprint(d.strs[0][0], d.ints[1][0], d.floats[2][0], d.times[3][0].Unix(), d.fracs[3][0], d.extra[0])
+			host := d.fields[0].(*stringColumn).vals
+			status := d.fields[1].(*numberColumn[int64]).vals
+			total := d.fields[2].(*numberColumn[float64]).vals
+			ts := d.fields[3].(*timeColumn)
+			got := fmt.Sprint(host[0], status[0], total[0], ts.vals[0].Unix(), ts.fracs[0], d.extra[0])
 			want := fmt.Sprint(tc.host, tc.status, tc.total, tc.sec, tc.us, tc.extra)
 			if got != want {
 				t.Errorf("row = %s, want %s", got, want)
 			}
-			empty := fmt.Sprint(d.strs[0][1], d.ints[1][1], d.floats[2][1], d.times[3][1].Unix(), d.fracs[3][1], d.extra[1])
+			empty := fmt.Sprint(host[1], status[1], total[1], ts.vals[1].Unix(), ts.fracs[1], d.extra[1])
 			if empty != fmt.Sprint("", 0, 0, 0, 0, "") {
 				t.Errorf("second (empty) row = %s", empty)
 			}
@@ -201,3 +224,116 @@ func TestBuildColumnsValues(t *testing.T) {
 }
 
 func reflectLen(v any) int { return reflect.ValueOf(v).Len() }
+
+// deliverOne delivers one json-lines batch of n records with uuids
+// prefix-0 … prefix-(n-1).
+func deliverOne(ctx context.Context, sink *Sink, prefix string, n int) error {
+	b := &accesslog.Batch{EnvironmentID: "env-1", Format: accesslog.FormatJSONLines, SeqNum: accesslog.NoSeqNum, ReceivedUnixNano: time.Now().UnixNano()}
+	for i := 0; i < n; i++ {
+		b.Records = append(b.Records, json.RawMessage(fmt.Sprintf(`{"timestamp":1763856000.5,"uuid":"%s-%d","status_code":200}`, prefix, i)))
+	}
+	return sink.Deliver(ctx, []*accesslog.Batch{b})
+}
+
+// TestTableLayout: a new access_logs is partitioned by day and sorted by
+// environment and hour ahead of the record identity.
+func TestTableLayout(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	sink := New(Config{DSN: srv.DSN(db)})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := deliverOne(ctx, sink, "u", 3); err != nil {
+		t.Fatal(err)
+	}
+	var partition, sorting string
+	if err := srv.Conn(t).QueryRow(ctx, "SELECT partition_key, sorting_key FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs'").Scan(&partition, &sorting); err != nil {
+		t.Fatal(err)
+	}
+	if partition != "toDate(timestamp)" || sorting != "environment_id, toStartOfHour(timestamp), profile_id, agent_id, datestamp, seq_num, record_key, record_index" {
+		t.Errorf("partition key %q, sorting key %q", partition, sorting)
+	}
+}
+
+// TestOldLayoutKeepsWorking: an access_logs created by an older receiver
+// (sorted by the identity only, partitioned by month) is used as it is,
+// with a warning pointing at the migration; records still collapse under
+// FINAL.
+func TestOldLayoutKeepsWorking(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	v := clickhouse.MustParseVersion("18.16.1")
+	stmts := DDL(db, "", v, accesslog.Fields())
+	old := strings.Replace(stmts[len(stmts)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
+		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1)
+	if old == stmts[len(stmts)-1] {
+		t.Fatalf("could not derive the old layout from:\n%s", old)
+	}
+	srv.Exec(t, old)
+	var logs bytes.Buffer
+	sink := New(Config{DSN: srv.DSN(db), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for range 2 {
+		if err := deliverOne(ctx, sink, "u", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := srv.QueryUint64(t, "SELECT count() FROM `"+db+"`.access_logs FINAL"); n != 10 {
+		t.Errorf("%d records under FINAL, want 10", n)
+	}
+	if n := srv.QueryUint64(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND sorting_key = 'environment_id, profile_id, agent_id, datestamp, seq_num, record_key, record_index'"); n != 1 {
+		t.Error("the old table's sorting key changed")
+	}
+	if !strings.Contains(logs.String(), "old layout") || !strings.Contains(logs.String(), "INSERT") {
+		t.Errorf("no warning about the old layout in the log:\n%s", logs.String())
+	}
+}
+
+// TestMigrationRecipe follows the README's migration of an old-layout
+// access_logs while the receiver keeps delivering: RENAME it away, the
+// sink re-creates access_logs in the new layout at its next delivery, and
+// INSERT … SELECT * copies the old rows; a record delivered before and
+// after the rename still counts once.
+func TestMigrationRecipe(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	stmts := DDL(db, "", clickhouse.MustParseVersion("18.16.1"), accesslog.Fields())
+	srv.Exec(t, strings.Replace(stmts[len(stmts)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
+		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1))
+	sink := New(Config{DSN: srv.DSN(db)})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := deliverOne(ctx, sink, "old", 10); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Exec(t, "RENAME TABLE `"+db+"`.access_logs TO `"+db+"`.access_logs_old")
+	// The worker retries a delivery that failed; the sink repairs first.
+	deliver := func(prefix string) {
+		t.Helper()
+		err := deliverOne(ctx, sink, prefix, 10)
+		if err != nil && clickhouse.IsSchemaError(err) {
+			err = deliverOne(ctx, sink, prefix, 10)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver("new")
+	deliver("old") // redelivered after the rename
+	srv.Exec(t, "INSERT INTO `"+db+"`.access_logs SELECT * FROM `"+db+"`.access_logs_old")
+
+	if n := srv.QueryUint64(t, "SELECT count() FROM `"+db+"`.access_logs FINAL"); n != 20 {
+		t.Errorf("%d records under FINAL after the migration, want 20", n)
+	}
+	if n := srv.QueryUint64(t, "SELECT uniqExact(uuid) FROM `"+db+"`.access_logs"); n != 20 {
+		t.Errorf("%d distinct uuids after the migration, want 20", n)
+	}
+	if n := srv.QueryUint64(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs' AND sorting_key LIKE '%toStartOfHour%'"); n != 1 {
+		t.Error("the re-created access_logs does not have the new layout")
+	}
+}
