@@ -1,8 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,34 +144,90 @@ func TestRevisionMovesCounterByItsDifference(t *testing.T) {
 	}
 }
 
-// TestRestartedLoopsDoNotDoubleCount restarts every poll loop after some
-// cycles: the new loops re-fetch the settle window, and no counter moves.
+// TestRestartedLoopsDoNotDoubleCount changes every dataset's descriptor
+// (its retention) between two discoveries, as the platform may: discovery
+// restarts every poll loop, the new loops re-fetch the settle window at
+// once, and the counters still equal the simulator's sums.
 func TestRestartedLoopsDoNotDoubleCount(t *testing.T) {
-	te := startExporter(t, testOptions{sim: platformsim.Config{Environments: 22}})
+	var changed atomic.Bool
+	te := startExporter(t, testOptions{
+		sim: platformsim.Config{Environments: 22},
+		common: func(c *commonFlags) {
+			c.apiURL = descriptorProxy(t, c.apiURL, &changed)
+		},
+		// Discovery every 20s of simulated time, between the minutes the
+		// polls are aligned to.
+		run: func(f *runFlags) { f.discoveryInterval = 20 * time.Second },
+	})
 	envs := te.sim.EnvironmentIDs()
 	datasets := te.sim.DatasetNames()
 	te.advance(20 * time.Minute) // 10:22:30, all late data of [.., 10:10) settled
 	te.advance(20 * time.Minute) // 10:42:30
-	_, before := te.scrape()
-	stats := te.sim.Stats()
-	for _, ds := range datasets {
-		if !te.x.sched.RestartLoop(t.Context(), ds) {
-			t.Fatalf("no loop for %s", ds)
+	changed.Store(true)
+	te.advance(20 * time.Second) // 10:42:50: a discovery, and no poll is due
+	restarted := map[string]bool{}
+	for _, d := range te.sim.Stats().Data {
+		if d.At.Equal(te.clock.Now()) {
+			restarted[d.Dataset] = true
 		}
 	}
-	te.settle()
-	after := te.sim.Stats()
-	if len(after.Data) <= len(stats.Data) {
-		t.Fatal("restarted loops did not poll")
+	for _, ds := range datasets {
+		if !restarted[ds] {
+			t.Errorf("%s: no poll at %s: the changed descriptor did not restart its loop", ds, te.clock.Now())
+		}
 	}
 	_, got := te.scrape()
-	for k, v := range before {
-		if strings.HasPrefix(k, "cdn_") && got[k] != v {
-			t.Errorf("%s moved from %v to %v across a loop restart", k, v, got[k])
-		}
-	}
 	at := te.clock.Now()
 	truth(t, te.sim, envs, datasets, te.firstFrom, metricsapi.FiveMinutes.Truncate(at), at).check(t, got)
+}
+
+// descriptorProxy serves the platform API at target through a proxy that,
+// once changed is set, lists every dataset with a day more of DAY retention.
+func descriptorProxy(t *testing.T, target string, changed *atomic.Bool) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(u)
+			r.Out.Header.Del("Accept-Encoding") // a body this proxy can edit
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			if !changed.Load() || resp.Request.Method != http.MethodGet || !strings.HasSuffix(resp.Request.URL.Path, "/metrics/v1/datasets") {
+				return nil
+			}
+			var list map[string]any
+			if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+				return fmt.Errorf("decode the dataset list: %w", err)
+			}
+			if err := resp.Body.Close(); err != nil {
+				return err
+			}
+			items, _ := list["items"].([]any)
+			for _, it := range items {
+				ds, _ := it.(map[string]any)
+				retention, _ := ds["data_retention_policy"].(map[string]any)
+				day, ok := retention["day"].(float64)
+				if !ok {
+					return fmt.Errorf("dataset %v has no DAY retention", ds["name"])
+				}
+				retention["day"] = day + 86400
+			}
+			body, err := json.Marshal(list)
+			if err != nil {
+				return err
+			}
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			resp.ContentLength = int64(len(body))
+			resp.Header.Set("Content-Length", strconv.Itoa(len(body)))
+			return nil
+		},
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
 
 // TestPollOverrunningABoundary makes every poll take longer than the time
@@ -195,10 +260,19 @@ func TestPollOverrunningABoundary(t *testing.T) {
 	at := te.clock.Now()
 	_, got := te.scrape()
 	truth(t, te.sim, envs, datasets, te.firstFrom, metricsapi.FiveMinutes.Truncate(at), at).check(t, got)
+	// The high-water marks are at 10:10: the next polls reach back the
+	// settle window from there, not from 10:05.
+	te.sim.ResetStats()
+	te.advance(time.Minute) // 10:13:00
+	from := map[string]time.Time{}
+	for _, d := range te.sim.Stats().Data {
+		if d.Status == http.StatusOK {
+			from[d.Dataset] = d.Start
+		}
+	}
 	for _, ds := range datasets {
-		hwm, _ := te.x.sched.Tracker().HighWaterMark(ds, envs[0])
-		if !hwm.Equal(time.Date(2026, 11, 23, 10, 10, 0, 0, time.UTC)) {
-			t.Errorf("%s: high-water mark %s, want 10:10", ds, hwm)
+		if want := time.Date(2026, 11, 23, 9, 40, 0, 0, time.UTC); !from[ds].Equal(want) {
+			t.Errorf("%s: the poll after the overrun asked from %s, want %s (high-water mark 10:10 minus the settle window)", ds, from[ds], want)
 		}
 	}
 }

@@ -24,7 +24,7 @@ import (
 // Registrar therefore updates (PUT) each environment's profile once when it
 // starts, whatever the profile looks like, so that a rotated
 // EDGEPIPE_RTLD_PASSWORD takes effect at the next restart; after that it
-// writes only when a comparable setting drifted (or after ForceUpdate). Every
+// writes only when a comparable setting drifted. Every
 // replica does the same with the same settings, so replicas agree.
 
 // DefaultProfileName is the profile name the receiver owns by default.
@@ -56,7 +56,7 @@ const (
 	// RegistrationCreated: no profile of that name existed; it was created.
 	RegistrationCreated RegistrationResult = "created"
 	// RegistrationUpdated: the profile was written without known drift (the
-	// first check after start, or after ForceUpdate), to set the password.
+	// first check after start), to set the password.
 	RegistrationUpdated RegistrationResult = "updated"
 	// RegistrationRepaired: the profile had drifted (edited, disabled, a
 	// field added to the platform) and was written back.
@@ -127,9 +127,7 @@ type Registrar struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	written map[string]bool // environments written since start (or ForceUpdate)
-	ok      map[string]bool // environments whose last check succeeded
-	wake    chan struct{}
+	written map[string]bool // environments written since start
 }
 
 // NewRegistrar validates cfg and returns a Registrar that talks to api.
@@ -175,37 +173,12 @@ func NewRegistrar(api ProfileAPI, cfg RegistrarConfig) (*Registrar, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Registrar{api: api, cfg: cfg, log: log, written: map[string]bool{}, ok: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
+	return &Registrar{api: api, cfg: cfg, log: log, written: map[string]bool{}}, nil
 }
 
 // Destination returns the destination_endpoint of an environment's profile.
 func (r *Registrar) Destination(environmentID string) string {
 	return r.cfg.PublicURL + EndpointPath(environmentID)
-}
-
-// Ready reports whether the last check of every environment succeeded.
-func (r *Registrar) Ready() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, e := range r.cfg.EnvironmentIDs {
-		if !r.ok[e] {
-			return false
-		}
-	}
-	return true
-}
-
-// ForceUpdate makes the next check write every profile even without drift
-// (for example after the receiver saw deliveries with a wrong password) and
-// wakes Run.
-func (r *Registrar) ForceUpdate() {
-	r.mu.Lock()
-	r.written = map[string]bool{}
-	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
 }
 
 // Run checks every environment at once and then every Interval until ctx
@@ -220,8 +193,6 @@ func (r *Registrar) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
-		case <-r.wake:
-			timer.Stop()
 		}
 		wait := r.cfg.Interval
 		if err := r.Reconcile(ctx); err != nil {
@@ -264,28 +235,7 @@ func (r *Registrar) Reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ReconcileEnvironment checks one environment's profile once.
-func (r *Registrar) ReconcileEnvironment(ctx context.Context, environmentID string) (RegistrationResult, error) {
-	fields := r.cfg.Fields
-	if len(fields) == 0 {
-		var err error
-		if fields, err = r.listFields(ctx); err != nil {
-			r.observe(environmentID, RegistrationFailed)
-			return RegistrationFailed, fmt.Errorf("rtld registrar: %w", err)
-		}
-	}
-	res, err := r.reconcile(ctx, environmentID, fields)
-	r.observe(environmentID, res)
-	if err != nil {
-		return res, fmt.Errorf("rtld registrar: environment %s: %w", environmentID, err)
-	}
-	return res, nil
-}
-
 func (r *Registrar) observe(env string, res RegistrationResult) {
-	r.mu.Lock()
-	r.ok[env] = res != RegistrationFailed
-	r.mu.Unlock()
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.ObserveRegistration(env, res)
 	}

@@ -239,9 +239,6 @@ func New(cfg Config) (*Scheduler, error) {
 // SettleWindow returns the settle window in effect (whole buckets).
 func (s *Scheduler) SettleWindow() time.Duration { return s.settle }
 
-// Tracker returns the scheduler's Tracker.
-func (s *Scheduler) Tracker() *Tracker { return s.tracker }
-
 // Ready reports whether discovery has succeeded and every dataset polled
 // has completed at least one successful poll.
 func (s *Scheduler) Ready() bool {
@@ -472,23 +469,6 @@ func (s *Scheduler) updateReadyLocked() {
 		}
 	}
 	s.ready = ready
-}
-
-// RestartLoop stops the poll loop of dataset and starts it again with the
-// same descriptor. It exists for operations and tests; the Tracker keeps
-// the loop's state, so the restarted loop neither skips nor repeats a
-// bucket. It returns false when no such loop runs.
-func (s *Scheduler) RestartLoop(ctx context.Context, dataset string) bool {
-	s.loopsMu.Lock()
-	defer s.loopsMu.Unlock()
-	l, ok := s.loops[dataset]
-	if !ok {
-		return false
-	}
-	l.cancel()
-	<-l.done
-	s.startLoopLocked(ctx, l.ds)
-	return true
 }
 
 func (s *Scheduler) stopAll() {

@@ -170,11 +170,11 @@ func TestPollPublishesEachBucketOnceThenRevisions(t *testing.T) {
 		t.Fatalf("publisher saw %d revisions, want 1", revs)
 	}
 	h.checkExact(t, wantFrom, time.Date(2026, 11, 23, 10, 5, 0, 0, time.UTC))
-	if hwm, _ := h.s.Tracker().HighWaterMark("edge_errors", "env-a"); !hwm.Equal(time.Date(2026, 11, 23, 10, 5, 0, 0, time.UTC)) {
+	if hwm, _ := h.s.tracker.HighWaterMark("edge_errors", "env-a"); !hwm.Equal(time.Date(2026, 11, 23, 10, 5, 0, 0, time.UTC)) {
 		t.Errorf("HWM %s, want 10:05", hwm)
 	}
 	// Buckets older than the settle window are forgotten.
-	if n := h.s.Tracker().Buckets("edge_errors"); n != 6*2*2 {
+	if n := h.s.tracker.Buckets("edge_errors"); n != 6*2*2 {
 		t.Errorf("tracker holds %d buckets, want %d (6 per series)", n, 24)
 	}
 }
@@ -192,7 +192,7 @@ func TestFailedPollsLeaveNoGap(t *testing.T) {
 			t.Fatal("poll succeeded, want the injected failure")
 		}
 	}
-	if hwm, _ := h.s.Tracker().HighWaterMark("edge_errors", "env-b"); !hwm.Equal(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)) {
+	if hwm, _ := h.s.tracker.HighWaterMark("edge_errors", "env-b"); !hwm.Equal(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)) {
 		t.Fatalf("HWM moved to %s during failures", hwm)
 	}
 	h.clock.Advance(5 * time.Minute) // 11:07
@@ -371,10 +371,10 @@ func TestRunLoopsRestartAndRediscover(t *testing.T) {
 	if !slices.Equal(last, []string{"env-b", "env-c"}) {
 		t.Fatalf("watcher last told %v, want [env-b env-c]", last)
 	}
-	if _, ok := h.s.Tracker().HighWaterMark("edge_errors", "env-a"); ok {
+	if _, ok := h.s.tracker.HighWaterMark("edge_errors", "env-a"); ok {
 		t.Error("env-a still has a high-water mark after it vanished")
 	}
-	if hwm, ok := h.s.Tracker().HighWaterMark("edge_errors", "env-c"); !ok || !hwm.Equal(time.Date(2026, 11, 23, 10, 25, 0, 0, time.UTC)) {
+	if hwm, ok := h.s.tracker.HighWaterMark("edge_errors", "env-c"); !ok || !hwm.Equal(time.Date(2026, 11, 23, 10, 25, 0, 0, time.UTC)) {
 		t.Errorf("env-c HWM %s %v, want 10:25", hwm, ok)
 	}
 

@@ -118,45 +118,6 @@ func (t *Tracker) dataset(name string) *datasetTrack {
 	return d
 }
 
-// HighWaterMark returns the end of the newest bucket range of dataset
-// fetched successfully for env, and false when none was.
-func (t *Tracker) HighWaterMark(dataset, env string) (time.Time, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	d := t.datasets[dataset]
-	if d == nil {
-		return time.Time{}, false
-	}
-	h, ok := d.hwm[env]
-	return h, ok
-}
-
-// Buckets returns how many (series, bucket) entries the tracker holds for
-// dataset: the memory the settle window costs.
-func (t *Tracker) Buckets(dataset string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	d := t.datasets[dataset]
-	if d == nil {
-		return 0
-	}
-	n := 0
-	for _, s := range d.series {
-		n += len(s.buckets)
-	}
-	return n
-}
-
-// Series returns how many series of dataset the tracker keeps totals for.
-func (t *Tracker) Series(dataset string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if d := t.datasets[dataset]; d != nil {
-		return len(d.series)
-	}
-	return 0
-}
-
 // needResume returns the environments of envs that have neither a
 // HighWaterMark nor been asked for a resume point.
 func (t *Tracker) needResume(dataset string, envs []string) []string {

@@ -280,7 +280,7 @@ func TestDeferredRowsAreFetchedAgain(t *testing.T) {
 	if !r.To.Equal(time.Date(2026, 11, 23, 9, 50, 0, 0, time.UTC)) || r.Deferred != 2*len(countries) {
 		t.Fatalf("poll to %s with %d deferred rows, want 09:50 and %d", r.To, r.Deferred, 2*len(countries))
 	}
-	if hwm, _ := h.s.Tracker().HighWaterMark(h.ds.Name, "env-a"); !hwm.Equal(r.To) {
+	if hwm, _ := h.s.tracker.HighWaterMark(h.ds.Name, "env-a"); !hwm.Equal(r.To) {
 		t.Fatalf("high-water mark %s moved past the platform's clock", hwm)
 	}
 	pc.ObserveDate(t0, 0)

@@ -199,15 +199,6 @@ func New(cfg Config) (*Receiver, error) {
 // and /readyz.
 func (r *Receiver) Handler() http.Handler { return r.handler }
 
-// Registry returns the metrics registry.
-func (r *Receiver) Registry() *prometheus.Registry { return r.reg }
-
-// Spool returns the spool (for tests and the benchmark).
-func (r *Receiver) Spool() *spool.Spool { return r.spool }
-
-// DeadLetters returns the dead-letter store.
-func (r *Receiver) DeadLetters() *deadletter.Store { return r.dead }
-
 // Check checks, before the receiver starts, what a sink can only find out
 // by connecting: that ClickHouse's access_logs can hold every field (it is
 // created or extended here). A column that cannot is an error (the receiver
