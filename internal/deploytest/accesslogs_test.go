@@ -22,11 +22,22 @@ import (
 // sink does on a single server.
 func createAccessLogs(ctx context.Context, t *testing.T, db *clickhouse.DB) {
 	t.Helper()
-	for _, stmt := range logtable.DDL(db.Database(), "", db.Version(), accesslog.Fields()) {
+	for _, stmt := range accessLogsDDL(t, db.Database(), db.Version(), accesslog.Fields()) {
 		if err := db.Exec(ctx, stmt); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// accessLogsDDL returns the statements that create access_logs with fields
+// in database on a single server of version v, as the receiver's sink does.
+func accessLogsDDL(t *testing.T, database string, v clickhouse.Version, fields []accesslog.Field) []string {
+	t.Helper()
+	spec, err := logtable.TableSpec(v, fields, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clickhouse.CreateStatements(database, "", v, spec)
 }
 
 // accessLogRows returns an INSERT … SELECT of n records in the hour before
@@ -198,7 +209,7 @@ func TestLastHourReadsFewRows(t *testing.T) {
 				fields = append(fields, f)
 			}
 		}
-		stmts := logtable.DDL(database, "", db.Version(), fields)
+		stmts := accessLogsDDL(t, database, db.Version(), fields)
 		create := stmts[len(stmts)-1]
 		if layout == "old" {
 			old := strings.Replace(create, "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",

@@ -28,22 +28,9 @@ type Client struct {
 	datasets map[string]*Dataset // descriptors seen, by name
 }
 
-// Option configures a Client.
-type Option func(*Client)
-
-// WithConcurrency sets how many data requests of one query run at once
-// (default DefaultConcurrency; values below 1 mean 1).
-func WithConcurrency(n int) Option {
-	return func(c *Client) { c.concurrency = max(n, 1) }
-}
-
 // NewClient returns a client calling api, typically platform.Client.Metrics().
-func NewClient(api API, opts ...Option) *Client {
-	c := &Client{api: api, concurrency: DefaultConcurrency, datasets: map[string]*Dataset{}}
-	for _, o := range opts {
-		o(c)
-	}
-	return c
+func NewClient(api API) *Client {
+	return &Client{api: api, concurrency: DefaultConcurrency, datasets: map[string]*Dataset{}}
 }
 
 // Datasets lists every dataset's descriptor (GET /datasets).

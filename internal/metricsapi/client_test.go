@@ -138,7 +138,8 @@ func testDataset() Dataset {
 
 func TestDataSplitsAndMerges(t *testing.T) {
 	f := &fakeAPI{datasets: map[string]Dataset{"edge_usage_by_country": testDataset()}}
-	c := NewClient(f, WithConcurrency(3))
+	c := NewClient(f)
+	c.concurrency = 3
 	envs := envIDs(45)
 	q := Query{Dataset: "edge_usage_by_country", Environments: envs, Granularity: FiveMinutes,
 		Start: t0, End: t0.Add(30 * time.Hour)}
@@ -231,7 +232,8 @@ func TestDataFailsWholeQueryAndStopsTheRest(t *testing.T) {
 			return nil
 		},
 	}
-	c := NewClient(f, WithConcurrency(2))
+	c := NewClient(f)
+	c.concurrency = 2
 	q := Query{Dataset: "edge_usage_by_country", Environments: envIDs(20 * 10), Granularity: Hour, Start: t0, End: t0.Add(time.Hour)}
 	_, err := c.Data(t.Context(), q)
 	if !errors.Is(err, boom) {

@@ -78,16 +78,6 @@ func ParseVersion(s string) (Version, error) {
 	return Version{Major: n[0], Minor: n[1], Patch: n[2], Build: n[3]}, nil
 }
 
-// MustParseVersion is ParseVersion for constants in tests and tables; it
-// panics on a malformed version.
-func MustParseVersion(s string) Version {
-	v, err := ParseVersion(s)
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
-
 // String returns the version as MAJOR.MINOR.PATCH[.BUILD].
 func (v Version) String() string {
 	s := fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch)

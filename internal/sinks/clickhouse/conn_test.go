@@ -36,7 +36,17 @@ func TestParseVersion(t *testing.T) {
 				v.HasLowCardinality(), v.HasTTL(), v.HasCodecs(), v.HasDateTime64(), tc.lowCard, tc.ttl, tc.codecs, tc.dt64)
 		}
 	}
-	if MustParseVersion("18.16.1").Compare(MustParseVersion("18.16.1.1")) != -1 {
+	if mustParseVersion(t, "18.16.1").Compare(mustParseVersion(t, "18.16.1.1")) != -1 {
 		t.Error("18.16.1 should sort before 18.16.1.1")
 	}
+}
+
+// mustParseVersion is ParseVersion for the tests' constants.
+func mustParseVersion(t *testing.T, s string) Version {
+	t.Helper()
+	v, err := ParseVersion(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

@@ -64,9 +64,6 @@ func (e *SchemaError) Error() string {
 	return "ClickHouse table " + e.Table + " is not ready: " + e.Reason
 }
 
-// IsSchemaError reports whether ErrorClass(err) is ClassSchema.
-func IsSchemaError(err error) bool { return ErrorClass(err) == ClassSchema }
-
 // deniedCode reports whether a server exception refuses the user rather
 // than the data: wrong credentials or missing grants, which an operator
 // fixes while the writer retries.

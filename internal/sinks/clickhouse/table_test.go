@@ -41,7 +41,7 @@ func TestCreateStatements(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := CreateStatements("logs", tc.cluster, MustParseVersion(tc.version), tbl)
+			got := CreateStatements("logs", tc.cluster, mustParseVersion(t, tc.version), tbl)
 			if strings.Join(got, "\n;\n") != strings.Join(tc.want, "\n;\n") {
 				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n;\n"), strings.Join(tc.want, "\n;\n"))
 			}

@@ -317,15 +317,6 @@ func (s *Sink) explain(err error) error {
 	return err
 }
 
-func firstError(we kafkago.WriteErrors) error {
-	for _, e := range we {
-		if e != nil {
-			return e
-		}
-	}
-	return errors.New("unknown error")
-}
-
 // messages turns batches into Kafka messages, and names the record of each.
 func messages(batches []*accesslog.Batch) ([]kafkago.Message, []delivery.RecordRef) {
 	n := 0

@@ -280,18 +280,6 @@ func TableSpec(v clickhouse.Version, fields []accesslog.Field, existing map[stri
 	return t, nil
 }
 
-// DDL returns the statements that create access_logs with fields in
-// database on a fresh server (cluster "") or cluster of servers of version
-// v (for the README and tests; the sink runs them through
-// clickhouse.Schema).
-func DDL(database, cluster string, v clickhouse.Version, fields []accesslog.Field) []string {
-	t, err := TableSpec(v, fields, nil, 0)
-	if err != nil {
-		panic(err) // the default types hold their fields
-	}
-	return clickhouse.CreateStatements(database, cluster, v, t)
-}
-
 func hasTimestamp(cols []accessColumn) bool {
 	for _, c := range cols {
 		if c.name == "timestamp" {

@@ -263,8 +263,8 @@ func TestTableLayout(t *testing.T) {
 func TestOldLayoutKeepsWorking(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	db := srv.NewDatabase(t)
-	v := clickhouse.MustParseVersion("18.16.1")
-	stmts := DDL(db, "", v, accesslog.Fields())
+	v := clickhouse.Version{Major: 18, Minor: 16, Patch: 1}
+	stmts := ddl(t, db, v, accesslog.Fields())
 	old := strings.Replace(stmts[len(stmts)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
 		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1)
 	if old == stmts[len(stmts)-1] {
@@ -300,7 +300,7 @@ func TestOldLayoutKeepsWorking(t *testing.T) {
 func TestMigrationRecipe(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	db := srv.NewDatabase(t)
-	stmts := DDL(db, "", clickhouse.MustParseVersion("18.16.1"), accesslog.Fields())
+	stmts := ddl(t, db, clickhouse.Version{Major: 18, Minor: 16, Patch: 1}, accesslog.Fields())
 	srv.Exec(t, strings.Replace(stmts[len(stmts)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
 		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1))
 	sink := New(Config{DSN: srv.DSN(db)})
@@ -316,7 +316,7 @@ func TestMigrationRecipe(t *testing.T) {
 	deliver := func(prefix string) {
 		t.Helper()
 		err := deliverOne(ctx, sink, prefix, 10)
-		if err != nil && clickhouse.IsSchemaError(err) {
+		if err != nil && clickhouse.ErrorClass(err) == clickhouse.ClassSchema {
 			err = deliverOne(ctx, sink, prefix, 10)
 		}
 		if err != nil {
@@ -336,4 +336,15 @@ func TestMigrationRecipe(t *testing.T) {
 	if n := srv.QueryUint64(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs' AND sorting_key LIKE '%toStartOfHour%'"); n != 1 {
 		t.Error("the re-created access_logs does not have the new layout")
 	}
+}
+
+// ddl returns the statements that create access_logs with fields in
+// database on a single server of version v.
+func ddl(t *testing.T, database string, v clickhouse.Version, fields []accesslog.Field) []string {
+	t.Helper()
+	spec, err := TableSpec(v, fields, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clickhouse.CreateStatements(database, "", v, spec)
 }

@@ -93,7 +93,10 @@ func TestCreateTableDDL(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := clickhouse.MustParseVersion(tc.version)
+			v, err := clickhouse.ParseVersion(tc.version)
+			if err != nil {
+				t.Fatal(err)
+			}
 			got := clickhouse.CreateStatements("cdn", tc.cluster, v, TableSpec(ds.Name, cols, v, tc.retention))
 			if strings.Join(got, "\n;\n") != strings.Join(tc.want, "\n;\n") {
 				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n;\n"), strings.Join(tc.want, "\n;\n"))

@@ -290,29 +290,6 @@ func (s *Sink) QueuedRows() int {
 	return s.queuedRows
 }
 
-// Flush waits until every row queued so far is written or ctx ends. It is
-// for tests and for the backfill command, which writes through the sink.
-func (s *Sink) Flush(ctx context.Context) error {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if s.QueuedRows() == 0 && s.idle() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("flush ClickHouse sink (%d rows queued): %w", s.QueuedRows(), ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
-func (s *Sink) idle() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.inFlight == 0
-}
-
 // run is the writer goroutine.
 func (s *Sink) run() {
 	defer close(s.done)
