@@ -14,7 +14,6 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platform"
-	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/version"
 )
@@ -146,11 +145,9 @@ type host struct {
 	platformClock *schedule.PlatformClock
 	// rateLimits overrides the client's default budgets (tests).
 	rateLimits map[string]platform.Limits
-	// simConfig configures the simulator under --simulate (tests).
-	simConfig platformsim.Config
 
 	mu      sync.Mutex
-	sim     *platformsim.Server
+	sim     simulation // under --simulate
 	built   *apiClients
 	closers []func()
 }
@@ -180,21 +177,12 @@ func (h *host) clients(ctx context.Context) (*apiClients, error) {
 		return h.built, nil
 	}
 	c := h.common
-	if c.simulate && h.sim == nil {
-		sim := platformsim.New(h.simConfig)
-		base, err := sim.Start("127.0.0.1:0")
+	if c.simulate {
+		stop, err := h.sim.start(c, h.log)
 		if err != nil {
-			return nil, fmt.Errorf("start the simulator: %w", err)
+			return nil, err
 		}
-		h.sim = sim
-		h.closers = append(h.closers, func() { sim.Close() })
-		c.apiURL, c.authURL = base, base
-		c.clientID, c.clientSecret = platformsim.DemoClientID, platformsim.DemoClientSecret
-		if len(c.environmentIDs) == 0 && len(c.organizationIDs) == 0 {
-			c.organizationIDs = []string{platformsim.DemoOrganizationID}
-		}
-		h.log.Info("simulator started", "url", base, "organization", platformsim.DemoOrganizationID,
-			"environments", len(sim.EnvironmentIDs()))
+		h.closers = append(h.closers, stop)
 	}
 	pc, err := platform.New(platform.Config{
 		BaseURL:      c.apiURL,

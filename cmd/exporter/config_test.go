@@ -118,7 +118,7 @@ func TestSimulateWithBasicAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.simConfig = platformsim.Config{Environments: 3}
+	h.sim.cfg = platformsim.Config{Environments: 3}
 	defer h.close()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

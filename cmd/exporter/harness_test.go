@@ -70,7 +70,10 @@ type testOptions struct {
 // exporter serves.
 func startSim(t *testing.T, cfg platformsim.Config) (*platformsim.Server, string) {
 	t.Helper()
-	sim := platformsim.New(cfg)
+	sim, err := platformsim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base, err := sim.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

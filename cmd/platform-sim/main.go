@@ -120,7 +120,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}}
 
 	cfg.Logger = log
-	srv := platformsim.New(cfg)
+	srv, err := platformsim.New(cfg)
+	if err != nil {
+		return err
+	}
 	base, err := srv.Start(*listen)
 	if err != nil {
 		srv.Close()

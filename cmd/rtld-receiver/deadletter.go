@@ -189,7 +189,10 @@ func buildSink(name string, f *flags, sec sinkSecrets, log *slog.Logger) (delive
 			return nil, nil, errors.New("there are ClickHouse dead letters: give --clickhouse.dsn as the receiver runs with (or --sink kafka)")
 		}
 		cfg.Logger = log
-		c := logtable.New(*cfg)
+		c, err := logtable.New(*cfg)
+		if err != nil {
+			return nil, nil, err
+		}
 		return c, func() { _ = c.Close() }, nil
 	}
 	return nil, nil, fmt.Errorf("dead letters of an unknown sink %q", name)

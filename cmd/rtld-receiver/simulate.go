@@ -42,7 +42,7 @@ func startSimulation(f *flags, log *slog.Logger) (*simulation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulate: TLS ingest listener: %w", err)
 	}
-	sim := platformsim.New(platformsim.Config{
+	sim, err := platformsim.New(platformsim.Config{
 		Seed: 1,
 		Delivery: platformsim.DeliveryConfig{
 			RecordsPerSecond: f.simRecordsPerSecond,
@@ -51,6 +51,10 @@ func startSimulation(f *flags, log *slog.Logger) (*simulation, error) {
 			Logger:           log.With("component", "platform-sim"),
 		},
 	})
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("simulate: %w", err)
+	}
 	apiURL, err := sim.Start("127.0.0.1:0")
 	if err != nil {
 		l.Close()

@@ -52,7 +52,11 @@ func newFixture(t *testing.T) *fixture {
 func newFixtureOn(t *testing.T, ch *testenv.ClickHouseServer, cluster string) *fixture {
 	t.Helper()
 	f := &fixture{ch: ch}
-	f.sim = platformsim.New(platformsim.Config{Seed: 11, Now: func() time.Time { return now }, Environments: 25})
+	var err error
+	f.sim, err = platformsim.New(platformsim.Config{Seed: 11, Now: func() time.Time { return now }, Environments: 25})
+	if err != nil {
+		t.Fatal(err)
+	}
 	base, err := f.sim.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

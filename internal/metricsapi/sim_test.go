@@ -28,7 +28,10 @@ func startSim(t *testing.T, cfg platformsim.Config) (*platformsim.Server, *metri
 	if cfg.Now == nil {
 		cfg.Now = func() time.Time { return simNow }
 	}
-	srv := platformsim.New(cfg)
+	srv, err := platformsim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base, err := srv.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

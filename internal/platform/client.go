@@ -13,9 +13,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -174,52 +176,64 @@ type Client struct {
 	services map[string]*Service     // by name, version, scope
 }
 
+// withDefaults returns c with every unset field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Retry.MaxAttempts == 0 {
+		c.Retry.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.Retry.MaxElapsed == 0 {
+		c.Retry.MaxElapsed = DefaultMaxElapsed
+	}
+	if c.Retry.InitialInterval == 0 {
+		c.Retry.InitialInterval = DefaultInitialInterval
+	}
+	if c.Retry.MaxInterval == 0 {
+		c.Retry.MaxInterval = DefaultMaxInterval
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	return c
+}
+
+// validate reports every setting of c (with defaults applied) that cannot
+// work.
+func (c Config) validate() error {
+	var errs []error
+	errs = append(errs, checkURL("base URL", c.BaseURL), checkURL("auth URL", c.AuthURL))
+	if c.ClientID == "" || c.ClientSecret == "" {
+		errs = append(errs, errors.New("client ID and client secret are required"))
+	}
+	if c.Timeout < 0 || c.Retry.MaxAttempts < 0 || c.Retry.MaxElapsed < 0 ||
+		c.Retry.InitialInterval < 0 || c.Retry.MaxInterval < 0 || c.MaxResponseBytes < 0 {
+		errs = append(errs, errors.New("negative timeout, retry or size setting"))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.RateLimits)) {
+		l := c.RateLimits[name]
+		if err := l.Read.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s read %w", name, err))
+		}
+		if err := l.Write.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s write %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // New validates cfg, fills in defaults and returns a Client. It does not
 // contact the platform; the first call fetches the first token.
 func New(cfg Config) (*Client, error) {
-	var err error
-	if cfg.BaseURL, err = checkURL("base URL", cfg.BaseURL); err != nil {
-		return nil, err
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("platform: invalid configuration: %w", err)
 	}
-	if cfg.AuthURL, err = checkURL("auth URL", cfg.AuthURL); err != nil {
-		return nil, err
-	}
-	if cfg.ClientID == "" || cfg.ClientSecret == "" {
-		return nil, errors.New("platform: client ID and client secret are required")
-	}
-	if cfg.Timeout < 0 || cfg.Retry.MaxAttempts < 0 || cfg.Retry.MaxElapsed < 0 ||
-		cfg.Retry.InitialInterval < 0 || cfg.Retry.MaxInterval < 0 || cfg.MaxResponseBytes < 0 {
-		return nil, errors.New("platform: negative timeout, retry or size setting")
-	}
-	for name, l := range cfg.RateLimits {
-		if err := l.Read.validate(); err != nil {
-			return nil, fmt.Errorf("platform: %s read %w", name, err)
-		}
-		if err := l.Write.validate(); err != nil {
-			return nil, fmt.Errorf("platform: %s write %w", name, err)
-		}
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Retry.MaxAttempts == 0 {
-		cfg.Retry.MaxAttempts = DefaultMaxAttempts
-	}
-	if cfg.Retry.MaxElapsed == 0 {
-		cfg.Retry.MaxElapsed = DefaultMaxElapsed
-	}
-	if cfg.Retry.InitialInterval == 0 {
-		cfg.Retry.InitialInterval = DefaultInitialInterval
-	}
-	if cfg.Retry.MaxInterval == 0 {
-		cfg.Retry.MaxInterval = DefaultMaxInterval
-	}
-	if cfg.MaxResponseBytes == 0 {
-		cfg.MaxResponseBytes = DefaultMaxResponseBytes
-	}
-	if cfg.Version == "" {
-		cfg.Version = "dev"
-	}
+	cfg.BaseURL, cfg.AuthURL = trimURL(cfg.BaseURL), trimURL(cfg.AuthURL)
 	hc := cfg.HTTPClient
 	if hc == nil {
 		hc = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
@@ -247,22 +261,27 @@ func New(cfg Config) (*Client, error) {
 	}, nil
 }
 
-func checkURL(what, raw string) (string, error) {
-	raw = strings.TrimRight(strings.TrimSpace(raw), "/")
+// trimURL is a base URL as the client uses it: without surrounding space
+// and trailing slashes.
+func trimURL(raw string) string { return strings.TrimRight(strings.TrimSpace(raw), "/") }
+
+// checkURL refuses a base URL the client cannot use.
+func checkURL(what, raw string) error {
+	raw = trimURL(raw)
 	if raw == "" {
-		return "", fmt.Errorf("platform: %s is required", what)
+		return fmt.Errorf("%s is required", what)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("platform: %s: %w", what, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("platform: %s %q: want http(s)://host[/path]", what, raw)
+		return fmt.Errorf("%s %q: want http(s)://host[/path]", what, raw)
 	}
 	if u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("platform: %s %q: must not carry a query or fragment", what, raw)
+		return fmt.Errorf("%s %q: must not carry a query or fragment", what, raw)
 	}
-	return raw, nil
+	return nil
 }
 
 func tokenURL(authURL string) string {

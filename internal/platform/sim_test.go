@@ -25,7 +25,10 @@ const (
 // startSim serves a simulator on a loopback port for the test's lifetime.
 func startSim(t *testing.T, cfg platformsim.Config) *platformsim.Server {
 	t.Helper()
-	srv := platformsim.New(cfg)
+	srv, err := platformsim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := srv.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,10 @@ import (
 )
 
 func TestDefaultWorld(t *testing.T) {
-	srv := platformsim.New(platformsim.Config{Seed: 1})
+	srv, err := platformsim.New(platformsim.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer srv.Close()
 	props := srv.Properties()
 	envs := srv.Environments()
@@ -40,9 +43,15 @@ func TestDefaultWorld(t *testing.T) {
 		}
 	}
 	// Same seed, same world; another seed, other IDs.
-	again := platformsim.New(platformsim.Config{Seed: 1})
+	again, err := platformsim.New(platformsim.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer again.Close()
-	other := platformsim.New(platformsim.Config{Seed: 2})
+	other, err := platformsim.New(platformsim.Config{Seed: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer other.Close()
 	if again.Environments()[7].ID != envs[7].ID {
 		t.Fatal("same seed gave other environment IDs")
@@ -238,7 +247,10 @@ func TestEnvironmentsChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	again := platformsim.New(platformsim.Config{Seed: 4})
+	again, err := platformsim.New(platformsim.Config{Seed: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer again.Close()
 	if same, _ := again.AddEnvironment(again.Properties()[1].ID, "preview-2"); same.ID != added.ID {
 		t.Fatal("added environment ID does not follow the seed")

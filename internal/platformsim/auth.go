@@ -307,11 +307,7 @@ func (s *Server) injectFault(w http.ResponseWriter, r *http.Request) bool {
 	case status == 0:
 		return false
 	case status == http.StatusTooManyRequests:
-		ra := f.RetryAfter
-		if ra <= 0 {
-			ra = time.Second
-		}
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ra.Seconds()))))
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(f.RetryAfter.Seconds()))))
 		writeError(w, status, "rate_limited", "Too Many Requests", "Rate limit exceeded; retry after the Retry-After delay.")
 	default:
 		writeError(w, status, "server_error", http.StatusText(status), "Simulated server failure.")

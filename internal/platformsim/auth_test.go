@@ -192,7 +192,10 @@ func TestRateLimits(t *testing.T) {
 }
 
 func TestCloseDuringSlowRequest(t *testing.T) {
-	srv := platformsim.New(platformsim.Config{Seed: 1, Faults: platformsim.Faults{Latency: time.Minute}})
+	srv, err := platformsim.New(platformsim.Config{Seed: 1, Faults: platformsim.Faults{Latency: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	base, err := srv.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -121,9 +121,15 @@ func TestDataDeterministicAndSplittable(t *testing.T) {
 	}
 	t.Run("same seed, same data; other seed, other data", func(t *testing.T) {
 		start := testNow.Add(-6 * time.Hour).Truncate(time.Hour)
-		same := platformsim.New(platformsim.Config{Seed: 42})
+		same, err := platformsim.New(platformsim.Config{Seed: 42})
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer same.Close()
-		other := platformsim.New(platformsim.Config{Seed: 43})
+		other, err := platformsim.New(platformsim.Config{Seed: 43})
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer other.Close()
 		a, _ := srv.Rows("origin_usage", envs[0], metricsapi.FiveMinutes, start, start.Add(time.Hour), testNow)
 		b, _ := same.Rows("origin_usage", envs[0], metricsapi.FiveMinutes, start, start.Add(time.Hour), testNow)
@@ -686,7 +692,10 @@ func TestFaults(t *testing.T) {
 // finer ones: they are drawn independently from the same curves, so a day's
 // total agrees closely, not exactly.
 func TestGranularitiesAgree(t *testing.T) {
-	srv := platformsim.New(platformsim.Config{Seed: 8})
+	srv, err := platformsim.New(platformsim.Config{Seed: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer srv.Close()
 	day := time.Date(2026, 11, 19, 0, 0, 0, 0, time.UTC)
 	at := day.Add(48 * time.Hour)

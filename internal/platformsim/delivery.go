@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	mrand "math/rand/v2"
 	"net/http"
 	"slices"
@@ -26,23 +27,24 @@ type DeliveryConfig struct {
 	// enabled profile (scaled by its downsampling_percent). 0 (the default)
 	// generates records only when DeliverRecords is called.
 	RecordsPerSecond float64
-	// BatchSize is the most records in one batch (default 500).
+	// BatchSize is the most records in one batch (default DefaultBatchSize).
 	BatchSize int
 	// FlushInterval is how long steadily generated records wait for a full
-	// batch before a partial one is sent (default 1s).
+	// batch before a partial one is sent (default DefaultFlushInterval).
 	FlushInterval time.Duration
 	// AgentsPerEnvironment is the number of edge agents sending each
-	// environment's batches, each with its own seq_num (default 3).
+	// environment's batches, each with its own seq_num (default
+	// DefaultAgentsPerEnvironment).
 	AgentsPerEnvironment int
 	// RetryInterval is the wait before a batch whose POST failed (non-2xx,
 	// network error, lost acknowledgement) is sent again, byte for byte
-	// (default 10s; tests use a few milliseconds).
+	// (default DefaultRetryInterval; tests use a few milliseconds).
 	RetryInterval time.Duration
 	// Retention is how long an undeliverable batch is retried before it is
-	// dropped, measured on the simulated clock (default 72h, as the
-	// platform).
+	// dropped, measured on the simulated clock (default
+	// DefaultDeliveryRetention, as the platform).
 	Retention time.Duration
-	// RequestTimeout bounds one POST (default 30s).
+	// RequestTimeout bounds one POST (default DefaultRequestTimeout).
 	RequestTimeout time.Duration
 	// TLSConfig is the client TLS configuration for destination endpoints,
 	// for example RootCAs holding a receiver's self-signed certificate. Nil
@@ -55,13 +57,74 @@ type DeliveryConfig struct {
 	// and DevInsecureSkipVerify are then ignored).
 	Transport http.RoundTripper
 	// MaxTrackedUUIDs bounds how many generated record UUIDs GeneratedUUIDs
-	// keeps (default 1,000,000, about 60 MB); records beyond it are counted
+	// keeps (default DefaultMaxTrackedUUIDs, about 60 MB); records beyond it are counted
 	// in DeliveryStats.UntrackedRecords. Negative keeps none.
 	MaxTrackedUUIDs int
 	// Faults injected into deliveries from the start; see SetDeliveryFaults.
 	Faults DeliveryFaults
 	// Logger receives delivery failures and drops (default: discard).
 	Logger *slog.Logger
+}
+
+// Defaults of DeliveryConfig.
+const (
+	DefaultBatchSize            = 500
+	DefaultFlushInterval        = time.Second
+	DefaultAgentsPerEnvironment = 3
+	DefaultRetryInterval        = 10 * time.Second
+	DefaultDeliveryRetention    = 72 * time.Hour
+	DefaultRequestTimeout       = 30 * time.Second
+	DefaultMaxTrackedUUIDs      = 1_000_000
+)
+
+// withDefaults returns c with every unset field set to its default.
+func (c DeliveryConfig) withDefaults() DeliveryConfig {
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.FlushInterval == 0 {
+		c.FlushInterval = DefaultFlushInterval
+	}
+	if c.AgentsPerEnvironment == 0 {
+		c.AgentsPerEnvironment = DefaultAgentsPerEnvironment
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = DefaultRetryInterval
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultDeliveryRetention
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.MaxTrackedUUIDs == 0 {
+		c.MaxTrackedUUIDs = DefaultMaxTrackedUUIDs
+	}
+	return c
+}
+
+// validate reports every setting of c (with defaults applied) that cannot
+// work.
+func (c DeliveryConfig) validate() error {
+	var errs []error
+	if !(c.RecordsPerSecond >= 0) || math.IsInf(c.RecordsPerSecond, 1) {
+		errs = append(errs, fmt.Errorf("RecordsPerSecond %v: want a finite rate, 0 or more", c.RecordsPerSecond))
+	}
+	if c.BatchSize < 0 || c.AgentsPerEnvironment < 0 {
+		errs = append(errs, fmt.Errorf("BatchSize %d and AgentsPerEnvironment %d: must be positive", c.BatchSize, c.AgentsPerEnvironment))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"FlushInterval", c.FlushInterval}, {"RetryInterval", c.RetryInterval}, {"Retention", c.Retention}, {"RequestTimeout", c.RequestTimeout}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must be positive", d.name, d.v))
+		}
+	}
+	if p := c.Faults.DropAckPercent; !(p >= 0 && p <= 100) {
+		errs = append(errs, fmt.Errorf("DropAckPercent %v: want 0 to 100", p))
+	}
+	return errors.Join(errs...)
 }
 
 // DeliveryFaults make the engine misbehave the way a real network does.
@@ -214,27 +277,6 @@ type deliveryEngine struct {
 func newDeliveryEngine(cfg DeliveryConfig, seed int64, now func() time.Time,
 	targets func() []deliveryTarget, target func(int64) (deliveryTarget, bool),
 	spawn func(func(context.Context)) bool) *deliveryEngine {
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 500
-	}
-	if cfg.FlushInterval <= 0 {
-		cfg.FlushInterval = time.Second
-	}
-	if cfg.AgentsPerEnvironment <= 0 {
-		cfg.AgentsPerEnvironment = 3
-	}
-	if cfg.RetryInterval <= 0 {
-		cfg.RetryInterval = 10 * time.Second
-	}
-	if cfg.Retention <= 0 {
-		cfg.Retention = 72 * time.Hour
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 30 * time.Second
-	}
-	if cfg.MaxTrackedUUIDs == 0 {
-		cfg.MaxTrackedUUIDs = 1_000_000
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

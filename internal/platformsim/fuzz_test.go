@@ -9,7 +9,10 @@ import (
 // when one passes, to the query engine: neither may panic, and a rejected
 // body always names at least one source.
 func FuzzDataQuery(f *testing.F) {
-	s := New(Config{Seed: 1, Environments: 3, Properties: 1})
+	s, err := New(Config{Seed: 1, Environments: 3, Properties: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
 	defer s.Close()
 	env := s.EnvironmentIDs()[0]
 	f.Add("edge_usage_by_country", `{"dimensions":["time","environment_id","country_code"],"metrics":["requests_edge_total","ttfb_edge_ms_50_percentile"],"filters":{"environment_id":["`+env+`"]},"date_range":{"start":"2026-11-22T00:00:00Z","end":"2026-11-22T01:00:00Z"},"time_granularity":"FIVE_MINUTES"}`)

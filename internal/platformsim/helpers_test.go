@@ -47,7 +47,10 @@ var testNow = time.Date(2026, 11, 23, 14, 2, 30, 0, time.UTC)
 // startSim starts a simulator on loopback and stops it when the test ends.
 func startSim(t testing.TB, cfg platformsim.Config) (*platformsim.Server, string) {
 	t.Helper()
-	srv := platformsim.New(cfg)
+	srv, err := platformsim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	base, err := srv.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("start simulator: %v", err)

@@ -565,9 +565,6 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte, inj
 	s.mu.Unlock()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	badRate := f.BadValueRate
-	if f.BadValues != "" && badRate <= 0 {
-		badRate = 0.1
-	}
 	var inj injected
 	rows := make([][]byte, 0, len(order))
 	for _, key := range order {

@@ -10,7 +10,10 @@ import (
 // BenchmarkLeaves measures the model alone: one environment, one
 // five-minute bucket, every dataset.
 func BenchmarkLeaves(b *testing.B) {
-	s := New(Config{Seed: 1})
+	s, err := New(Config{Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
 	defer s.Close()
 	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	w := s.w()

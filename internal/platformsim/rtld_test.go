@@ -27,7 +27,10 @@ type rtldSim struct {
 
 func newRTLDSim(t testing.TB, cfg Config) *rtldSim {
 	t.Helper()
-	srv := New(cfg)
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() {
 		hs.Close()

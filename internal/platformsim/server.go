@@ -11,7 +11,7 @@
 //
 // Quick use:
 //
-//	srv := platformsim.New(platformsim.Config{Seed: 1})
+//	srv, err := platformsim.New(platformsim.Config{Seed: 1})
 //	base, err := srv.Start("127.0.0.1:0") // auth_url = api_url = base
 //	defer srv.Close()
 //
@@ -107,7 +107,7 @@ type Faults struct {
 	// Rate429 is the share of API requests answered 429 with Retry-After.
 	Rate429 float64
 	// RetryAfter is the Retry-After of a 429, rounded up to whole seconds
-	// (default 1s).
+	// (default DefaultRetryAfter).
 	RetryAfter time.Duration
 	// Rate5xx is the share of API requests answered 500 or 503.
 	Rate5xx float64
@@ -118,12 +118,53 @@ type Faults struct {
 	// misbehaving platform would send.
 	BadValues BadValue
 	// BadValueRate is the share of metric values BadValues replaces
-	// (default 0.1 when BadValues is set; 1 replaces every one).
+	// (default DefaultBadValueRate when BadValues is set; 1 replaces every
+	// one).
 	BadValueRate float64
 	// MalformedRowRate is the share of data rows replaced by a malformed
 	// row (in turn: one value too few, one value too many, an object
 	// instead of an array). The row's bucket is missing from that answer.
 	MalformedRowRate float64
+}
+
+// Defaults of Faults.
+const (
+	DefaultRetryAfter   = time.Second
+	DefaultBadValueRate = 0.1
+)
+
+// withDefaults returns f with every unset field set to its default.
+func (f Faults) withDefaults() Faults {
+	if f.RetryAfter == 0 {
+		f.RetryAfter = DefaultRetryAfter
+	}
+	if f.BadValues != "" && f.BadValueRate == 0 {
+		f.BadValueRate = DefaultBadValueRate
+	}
+	return f
+}
+
+// validate reports every setting of f (with defaults applied) that cannot
+// work.
+func (f Faults) validate() error {
+	var errs []error
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"Rate429", f.Rate429}, {"Rate5xx", f.Rate5xx}, {"BadValueRate", f.BadValueRate}, {"MalformedRowRate", f.MalformedRowRate}} {
+		if !(r.v >= 0 && r.v <= 1) {
+			errs = append(errs, fmt.Errorf("%s %v: want a share from 0 to 1", r.name, r.v))
+		}
+	}
+	if f.RetryAfter < 0 || f.Latency < 0 {
+		errs = append(errs, fmt.Errorf("RetryAfter %s and Latency %s: must not be negative", f.RetryAfter, f.Latency))
+	}
+	switch f.BadValues {
+	case "", BadNull, BadNaN, BadInfinity, BadNegative, BadText:
+	default:
+		errs = append(errs, fmt.Errorf("unknown BadValues %q", f.BadValues))
+	}
+	return errors.Join(errs...)
 }
 
 // BadValue is a kind of metric value that is not a value.
@@ -178,17 +219,17 @@ type Config struct {
 	// clock decides (which buckets exist, late data, token expiry) and the
 	// Date header of every answer. See also SetClockOffset.
 	ClockOffset time.Duration
-	// TokenLifetime of issued access tokens (default 300s).
+	// TokenLifetime of issued access tokens (default DefaultTokenLifetime).
 	TokenLifetime time.Duration
 	// LateData is how long after a bucket ends its values keep changing
-	// (default 10m). Negative means no late data at all.
+	// (default DefaultLateData). Negative means no late data at all.
 	LateData time.Duration
 	// Properties is the number of properties of the demo organization
-	// (default 3).
+	// (default DefaultProperties).
 	Properties int
 	// Environments is the total number of environments, spread over the
 	// properties as evenly as possible, the first ones getting one more
-	// (default 25: 9+8+8).
+	// (default DefaultEnvironments: 9+8+8).
 	Environments int
 	// Clients the token endpoint accepts (default: the demo client with
 	// app.metrics, app.accounts and app.rtld).
@@ -238,24 +279,68 @@ type Server struct {
 	url      string
 }
 
+// Defaults of Config.
+const (
+	DefaultTokenLifetime = 300 * time.Second
+	DefaultLateData      = 10 * time.Minute
+	DefaultProperties    = 3
+	DefaultEnvironments  = 25
+)
+
+// withDefaults returns c with every unset field set to its default (and a
+// negative LateData as none).
+func (c Config) withDefaults() Config {
+	if c.TokenLifetime == 0 {
+		c.TokenLifetime = DefaultTokenLifetime
+	}
+	if c.LateData == 0 {
+		c.LateData = DefaultLateData
+	} else if c.LateData < 0 {
+		c.LateData = 0
+	}
+	if c.Properties == 0 {
+		c.Properties = DefaultProperties
+	}
+	if c.Environments == 0 {
+		c.Environments = DefaultEnvironments
+	}
+	if len(c.Clients) == 0 {
+		c.Clients = []Client{{ID: DemoClientID, Secret: DemoClientSecret, Scopes: []string{ScopeMetrics, ScopeAccounts, ScopeRTLD}}}
+	}
+	c.Faults = c.Faults.withDefaults()
+	c.Delivery = c.Delivery.withDefaults()
+	return c
+}
+
+// validate reports every setting of c (with defaults applied) that cannot
+// work.
+func (c Config) validate() error {
+	var errs []error
+	if c.TokenLifetime < 0 {
+		errs = append(errs, fmt.Errorf("TokenLifetime %s: must be positive", c.TokenLifetime))
+	}
+	if c.Properties < 0 || c.Environments < 0 {
+		errs = append(errs, fmt.Errorf("%d properties and %d environments: must be positive", c.Properties, c.Environments))
+	}
+	for _, cl := range c.Clients {
+		if cl.ID == "" || cl.Secret == "" {
+			errs = append(errs, fmt.Errorf("client %q: ID and secret are required", cl.ID))
+		}
+	}
+	if err := c.Faults.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("faults: %w", err))
+	}
+	if err := c.Delivery.validate(); err != nil {
+		errs = append(errs, fmt.Errorf("delivery: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
 // New builds a Server from cfg.
-func New(cfg Config) *Server {
-	if cfg.TokenLifetime <= 0 {
-		cfg.TokenLifetime = 300 * time.Second
-	}
-	if cfg.LateData == 0 {
-		cfg.LateData = 10 * time.Minute
-	} else if cfg.LateData < 0 {
-		cfg.LateData = 0
-	}
-	if cfg.Properties <= 0 {
-		cfg.Properties = 3
-	}
-	if cfg.Environments <= 0 {
-		cfg.Environments = 25
-	}
-	if len(cfg.Clients) == 0 {
-		cfg.Clients = []Client{{ID: DemoClientID, Secret: DemoClientSecret, Scopes: []string{ScopeMetrics, ScopeAccounts, ScopeRTLD}}}
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("platform simulator: invalid configuration: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
@@ -275,7 +360,7 @@ func New(cfg Config) *Server {
 		s.dsByName[d.Name] = d
 	}
 	s.handler = s.routes()
-	return s
+	return s, nil
 }
 
 // w returns the current world.
@@ -398,12 +483,12 @@ func (s *Server) spawn(fn func(ctx context.Context)) bool {
 // SetFaults replaces the faults injected into API requests.
 func (s *Server) SetFaults(f Faults) {
 	s.mu.Lock()
-	s.faults = f
+	s.faults = f.withDefaults()
 	s.mu.Unlock()
 }
 
 // FailNext makes the next n API requests (after authentication) answer
-// status; a 429 carries Retry-After from Faults.RetryAfter (default 1s).
+// status; a 429 carries Retry-After from Faults.RetryAfter.
 func (s *Server) FailNext(n int, status int) {
 	s.mu.Lock()
 	for i := 0; i < n; i++ {

@@ -80,43 +80,62 @@ type IngestConfig struct {
 	AllowEnvironment func(environmentID string) bool
 }
 
-// WithDefaults returns c with zero fields set to their defaults.
+// WithDefaults returns c with every zero field set to its default. It is
+// exported, like Validate, for the receiver, whose configuration holds an
+// IngestConfig: NewIngest applies both itself.
 func (c IngestConfig) WithDefaults() IngestConfig {
-	if c.MaxBodyBytes <= 0 {
+	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}
-	if c.MaxDecodedBytes <= 0 {
+	if c.MaxDecodedBytes == 0 {
 		c.MaxDecodedBytes = DefaultMaxDecodedBytes
 	}
-	if c.MaxMemoryBytes <= 0 {
+	if c.MaxMemoryBytes == 0 {
 		c.MaxMemoryBytes = DefaultMaxMemoryBytes
 	}
-	if c.MaxInFlight <= 0 {
+	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
-	if c.MaxRecordBytes <= 0 {
+	if c.MaxRecordBytes == 0 {
 		c.MaxRecordBytes = DefaultMaxRecordBytes
 	}
-	if c.BodyTimeout <= 0 {
+	if c.BodyTimeout == 0 {
 		c.BodyTimeout = DefaultBodyTimeout
 	}
-	if c.QueueWait <= 0 {
+	if c.QueueWait == 0 {
 		c.QueueWait = DefaultQueueWait
 	}
-	if c.RetryAfter <= 0 {
+	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
 	}
 	return c
 }
 
 // Validate refuses a configuration (with defaults applied) that cannot
-// work.
+// work, naming every problem.
 func (c IngestConfig) Validate() error {
+	if err := errors.Join(
+		positive("MaxBodyBytes", c.MaxBodyBytes), positive("MaxDecodedBytes", c.MaxDecodedBytes),
+		positive("MaxMemoryBytes", c.MaxMemoryBytes), positive("MaxInFlight", c.MaxInFlight),
+		positive("MaxRecordBytes", c.MaxRecordBytes), positive("BodyTimeout", c.BodyTimeout),
+		positive("QueueWait", c.QueueWait), positive("RetryAfter", c.RetryAfter),
+	); err != nil {
+		return err
+	}
 	if need := MinMemoryBytes(c.MaxBodyBytes, c.MaxDecodedBytes); c.MaxMemoryBytes < need {
 		return fmt.Errorf("ingest memory bound of %d bytes cannot hold one request of %d bytes as sent and %d decompressed: it must be at least %d bytes",
 			c.MaxMemoryBytes, c.MaxBodyBytes, c.MaxDecodedBytes, need)
 	}
 	return nil
+}
+
+// positive refuses a setting that is not above zero (zero settings have
+// their defaults by then, so it is negative).
+func positive[T int | int64 | time.Duration](name string, v T) error {
+	if v > 0 {
+		return nil
+	}
+	return fmt.Errorf("%s %v: must be positive", name, v)
 }
 
 // MinMemoryBytes returns the smallest MaxMemoryBytes that holds one request
@@ -168,7 +187,7 @@ type Ingest struct {
 func NewIngest(cfg IngestConfig, sp Spooler, dups DuplicateChecker, m *Metrics, log *slog.Logger) (*Ingest, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rtld ingest: invalid configuration: %w", err)
 	}
 	if log == nil {
 		log = slog.Default()

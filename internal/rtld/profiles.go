@@ -80,7 +80,7 @@ type RegistrarConfig struct {
 	// EnvironmentIDs are the environments to register a profile in.
 	EnvironmentIDs []string
 	// ProfileName is the name of the profile the receiver owns in each
-	// environment (default "edgepipe", at most 36 characters).
+	// environment (default DefaultProfileName, at most 36 characters).
 	ProfileName string
 	// PublicURL is the https base URL the platform reaches the receiver at;
 	// each profile's destination_endpoint is PublicURL + /ingest/<env>.
@@ -93,11 +93,10 @@ type RegistrarConfig struct {
 	// the platform's fields API lists (re-read at every check, so fields
 	// the platform adds are picked up).
 	Fields []string
-	// Description is written on create (default "Managed by edgepipe
-	// rtld-receiver: edits are reverted."); a description edited later is
-	// kept.
+	// Description is written on create (default
+	// DefaultProfileDescription); a description edited later is kept.
 	Description string
-	// Interval between checks of Run (default 5m).
+	// Interval between checks of Run (default DefaultRegisterInterval).
 	Interval time.Duration
 	// Logger receives creates, repairs and failures (default: discard).
 	Logger *slog.Logger
@@ -130,19 +129,57 @@ type Registrar struct {
 	written map[string]bool // environments written since start
 }
 
+// DefaultProfileDescription is the description written on create.
+const DefaultProfileDescription = "Managed by edgepipe rtld-receiver: edits are reverted."
+
+// maxProfileNameRunes is the platform's limit on profile names.
+const maxProfileNameRunes = 36
+
+// withDefaults returns c with every unset field set to its default.
+func (c RegistrarConfig) withDefaults() RegistrarConfig {
+	if c.ProfileName == "" {
+		c.ProfileName = DefaultProfileName
+	}
+	if c.Description == "" {
+		c.Description = DefaultProfileDescription
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultRegisterInterval
+	}
+	return c
+}
+
+// validate reports every setting of c (with defaults applied) that cannot
+// work.
+func (c RegistrarConfig) validate() error {
+	var errs []error
+	if n := utf8.RuneCountInString(c.ProfileName); n > maxProfileNameRunes {
+		errs = append(errs, fmt.Errorf("profile name %q is %d characters, the platform allows %d", c.ProfileName, n, maxProfileNameRunes))
+	}
+	if !slices.ContainsFunc(c.EnvironmentIDs, func(e string) bool { return strings.TrimSpace(e) != "" }) {
+		errs = append(errs, errors.New("no environment IDs to register a profile in"))
+	}
+	if u, err := url.Parse(strings.TrimSpace(c.PublicURL)); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		errs = append(errs, fmt.Errorf("public URL %q: the platform delivers only to https://host[/path] URLs", c.PublicURL))
+	}
+	if c.Username == "" || c.Password == "" {
+		errs = append(errs, errors.New("EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD are required to register profiles"))
+	}
+	if strings.Contains(c.Username, ":") {
+		errs = append(errs, errors.New("the RTLD username must not contain a colon (HTTP basic auth)"))
+	}
+	errs = append(errs, positive("Interval", c.Interval))
+	return errors.Join(errs...)
+}
+
 // NewRegistrar validates cfg and returns a Registrar that talks to api.
 func NewRegistrar(api ProfileAPI, cfg RegistrarConfig) (*Registrar, error) {
 	if api == nil {
 		return nil, errors.New("rtld registrar: no RTLD API")
 	}
-	if cfg.ProfileName == "" {
-		cfg.ProfileName = DefaultProfileName
-	}
-	if n := utf8.RuneCountInString(cfg.ProfileName); n > 36 {
-		return nil, fmt.Errorf("rtld registrar: profile name %q is %d characters, the platform allows 36", cfg.ProfileName, n)
-	}
-	if len(cfg.EnvironmentIDs) == 0 {
-		return nil, errors.New("rtld registrar: no environment IDs to register a profile in")
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("rtld registrar: %w", err)
 	}
 	envs := make([]string, 0, len(cfg.EnvironmentIDs))
 	for _, e := range cfg.EnvironmentIDs {
@@ -152,23 +189,11 @@ func NewRegistrar(api ProfileAPI, cfg RegistrarConfig) (*Registrar, error) {
 	}
 	cfg.EnvironmentIDs = envs
 	u, err := url.Parse(strings.TrimSpace(cfg.PublicURL))
-	if err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return nil, fmt.Errorf("rtld registrar: public URL %q: the platform delivers only to https://host[/path] URLs", cfg.PublicURL)
+	if err != nil { // validate parsed it
+		return nil, fmt.Errorf("rtld registrar: public URL: %w", err)
 	}
 	cfg.PublicURL = strings.TrimRight(u.String(), "/")
-	if cfg.Username == "" || cfg.Password == "" {
-		return nil, errors.New("rtld registrar: EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD are required to register profiles")
-	}
-	if strings.Contains(cfg.Username, ":") {
-		return nil, errors.New("rtld registrar: the RTLD username must not contain a colon (HTTP basic auth)")
-	}
 	cfg.Fields = slices.Clone(cfg.Fields)
-	if cfg.Description == "" {
-		cfg.Description = "Managed by edgepipe rtld-receiver: edits are reverted."
-	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = DefaultRegisterInterval
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

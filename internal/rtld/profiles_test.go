@@ -91,8 +91,11 @@ func newRegistrarFixture(t *testing.T) *registrarFixture {
 	rcv := newBasicAuthReceiver(t)
 	pool := x509.NewCertPool()
 	pool.AddCert(rcv.srv.Certificate())
-	sim := platformsim.New(platformsim.Config{Seed: 21, Delivery: platformsim.DeliveryConfig{
+	sim, err := platformsim.New(platformsim.Config{Seed: 21, Delivery: platformsim.DeliveryConfig{
 		TLSConfig: &tls.Config{RootCAs: pool}, RetryInterval: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	base, err := sim.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,10 @@ import (
 )
 
 func TestEnvironmentsFromSimulator(t *testing.T) {
-	sim := platformsim.New(platformsim.Config{Seed: 1})
+	sim, err := platformsim.New(platformsim.Config{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	base, err := sim.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

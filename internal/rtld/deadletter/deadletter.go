@@ -182,11 +182,15 @@ func ReadLetters(path string) ([]Letter, error) {
 	return out, nil
 }
 
+// DefaultMaxBytes is the default of Options.MaxBytes.
+const DefaultMaxBytes = 1 << 30
+
 // Options configure a Store.
 type Options struct {
 	// Dir is the store's directory (<spool.dir>/dead-letter).
 	Dir string
-	// MaxBytes bounds the files of all sinks together (0: 1 GiB).
+	// MaxBytes bounds the files of all sinks together (default
+	// DefaultMaxBytes).
 	MaxBytes int64
 	// Logger receives notes about a full store.
 	Logger *slog.Logger
@@ -208,14 +212,36 @@ type Store struct {
 	maxDesc         *prometheus.Desc
 }
 
+// withDefaults returns o with every unset field set to its default.
+func (o Options) withDefaults() Options {
+	if o.MaxBytes == 0 {
+		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// validate reports every setting of o (with defaults applied) that cannot
+// work.
+func (o Options) validate() error {
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, errors.New("no directory"))
+	}
+	if o.MaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxBytes %d: must be positive", o.MaxBytes))
+	}
+	return errors.Join(errs...)
+}
+
 // Open opens (creating) the store's directory, removes temporary files left
 // by a crash, and counts what it holds.
 func Open(opts Options) (*Store, error) {
-	if opts.MaxBytes <= 0 {
-		opts.MaxBytes = 1 << 30
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("dead-letter store: invalid options: %w", err)
 	}
 	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("creating the dead-letter directory: %w", err)

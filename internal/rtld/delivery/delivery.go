@@ -56,13 +56,75 @@ type Worker struct {
 	DeadLetters DeadLetters
 	// Metrics receive delivery counts and errors.
 	Metrics *Metrics
-	// Log receives delivery failures.
+	// Log receives delivery failures (default slog.Default()).
 	Log *slog.Logger
-	// MaxBatches and MaxBytes bound one delivery (defaults 256 and 16 MiB).
+	// MaxBatches and MaxBytes bound one delivery (defaults
+	// DefaultMaxBatches and DefaultMaxBytes).
 	MaxBatches int
 	MaxBytes   int64
-	// MinBackoff and MaxBackoff bound the retry delay (defaults 100ms, 30s).
+	// MinBackoff and MaxBackoff bound the retry delay (defaults
+	// DefaultMinBackoff and DefaultMaxBackoff).
 	MinBackoff, MaxBackoff time.Duration
+}
+
+// Defaults of Worker and Deliverer.
+const (
+	DefaultMaxBatches = 256
+	DefaultMaxBytes   = 16 << 20
+	DefaultMinBackoff = 100 * time.Millisecond
+	DefaultMaxBackoff = 30 * time.Second
+)
+
+// withDefaults returns w with every unset setting set to its default.
+func (w Worker) withDefaults() Worker {
+	if w.Log == nil {
+		w.Log = slog.Default()
+	}
+	if w.MaxBatches == 0 {
+		w.MaxBatches = DefaultMaxBatches
+	}
+	if w.MaxBytes == 0 {
+		w.MaxBytes = DefaultMaxBytes
+	}
+	if w.MinBackoff == 0 {
+		w.MinBackoff = DefaultMinBackoff
+	}
+	if w.MaxBackoff == 0 {
+		w.MaxBackoff = DefaultMaxBackoff
+	}
+	return w
+}
+
+// validate reports every setting of w (with defaults applied) that cannot
+// work.
+func (w Worker) validate() error {
+	var errs []error
+	if w.Name == "" {
+		errs = append(errs, errors.New("no name"))
+	}
+	if w.Reader == nil {
+		errs = append(errs, errors.New("no spool reader"))
+	}
+	if w.Metrics == nil {
+		errs = append(errs, errors.New("no metrics"))
+	}
+	if w.MaxBatches < 0 || w.MaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxBatches %d and MaxBytes %d: must be positive", w.MaxBatches, w.MaxBytes))
+	}
+	errs = append(errs, validateRetry(w.Sink, w.MinBackoff, w.MaxBackoff))
+	return errors.Join(errs...)
+}
+
+// validateRetry checks the settings a Worker and a Deliverer share.
+func validateRetry(sink Sink, minBackoff, maxBackoff time.Duration) error {
+	var errs []error
+	if sink == nil {
+		errs = append(errs, errors.New("no sink"))
+	}
+	if minBackoff < 0 || maxBackoff < minBackoff {
+		errs = append(errs, fmt.Errorf("backoff from %s to %s: want 0 < MinBackoff <= MaxBackoff", minBackoff, maxBackoff))
+	}
+	return errors.Join(errs...)
 }
 
 // Preparer is an optional extension of Sink: Prepare does a delivery's CPU
@@ -104,29 +166,18 @@ type group struct {
 	prepared Prepared // nil when the sink is not a Preparer
 }
 
-// Run delivers until ctx ends; it returns nil then, or an error if the spool
-// fails. Batches delivered but not yet committed when ctx ends are
+// Run delivers until ctx ends; it returns nil then, an error if the spool
+// fails, or one at once for an invalid Worker. Batches delivered but not yet committed when ctx ends are
 // delivered again after a restart. Reading, decoding and preparing the next
 // group runs in a second goroutine, one group ahead of delivery; Run stops
 // and waits for it before returning.
 func (w *Worker) Run(ctx context.Context) error {
-	if w.MaxBatches <= 0 {
-		w.MaxBatches = 256
+	cfg := w.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("%s worker: invalid configuration: %w", w.Name, err)
 	}
-	if w.MaxBytes <= 0 {
-		w.MaxBytes = 16 << 20
-	}
-	if w.MinBackoff <= 0 {
-		w.MinBackoff = 100 * time.Millisecond
-	}
-	if w.MaxBackoff <= 0 {
-		w.MaxBackoff = 30 * time.Second
-	}
-	log := w.Log
-	if log == nil {
-		log = slog.Default()
-	}
-	log = log.With("sink", w.Name)
+	w = &cfg
+	log := w.Log.With("sink", w.Name)
 
 	readCtx, cancel := context.WithCancel(ctx)
 	groups := make(chan group) // unbuffered: one group prepared ahead, one in delivery

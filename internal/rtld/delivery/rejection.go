@@ -100,7 +100,8 @@ func rejections(err error) []*RejectedError {
 type Deliverer struct {
 	// Sink receives the batches; a Preparer prepares every split part.
 	Sink Sink
-	// MinBackoff and MaxBackoff bound the retry delay (defaults 100ms, 30s).
+	// MinBackoff and MaxBackoff bound the retry delay (defaults
+	// DefaultMinBackoff and DefaultMaxBackoff).
 	MinBackoff, MaxBackoff time.Duration
 	// OnError, when set, is told of every failed attempt before the wait
 	// that follows it: the error, how many batches the attempt carried,
@@ -108,11 +109,31 @@ type Deliverer struct {
 	OnError func(err error, batches, attempt int, wait time.Duration)
 }
 
+// withDefaults returns d with every unset setting set to its default.
+func (d Deliverer) withDefaults() Deliverer {
+	if d.MinBackoff == 0 {
+		d.MinBackoff = DefaultMinBackoff
+	}
+	if d.MaxBackoff == 0 {
+		d.MaxBackoff = DefaultMaxBackoff
+	}
+	return d
+}
+
+// validate reports every setting of d (with defaults applied) that cannot
+// work.
+func (d Deliverer) validate() error { return validateRetry(d.Sink, d.MinBackoff, d.MaxBackoff) }
+
 // Deliver delivers batches, using p when it is the batches' prepared
 // delivery (nil: Deliver prepares them itself), until every record is
 // acknowledged or rejected for good, and returns the rejected records. It
-// returns an error only when ctx ends.
+// returns an error only when ctx ends, or at once for an invalid Deliverer.
 func (d *Deliverer) Deliver(ctx context.Context, batches []*accesslog.Batch, p Prepared) ([]Rejection, error) {
+	cfg := d.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("delivery: invalid configuration: %w", err)
+	}
+	d = &cfg
 	if p == nil {
 		if prep, ok := d.Sink.(Preparer); ok {
 			p = prep.Prepare(batches)
@@ -124,13 +145,7 @@ func (d *Deliverer) Deliver(ctx context.Context, batches []*accesslog.Batch, p P
 	}
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = d.MinBackoff
-	if b.InitialInterval <= 0 {
-		b.InitialInterval = 100 * time.Millisecond
-	}
 	b.MaxInterval = d.MaxBackoff
-	if b.MaxInterval <= 0 {
-		b.MaxInterval = 30 * time.Second
-	}
 	b.RandomizationFactor = 0.3
 	for attempt := 1; ; attempt++ {
 		err := send(ctx)

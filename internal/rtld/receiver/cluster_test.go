@@ -29,7 +29,7 @@ func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 	c := testenv.ClickHouseCluster(t, testenv.ClusterOptions{Shards: 2, Replicas: 2})
 	const db = "logs"
 	cert := newTestCert(t)
-	sim := platformsim.New(platformsim.Config{
+	sim, err := platformsim.New(platformsim.Config{
 		Seed: 5, Properties: 1, Environments: 1,
 		Delivery: platformsim.DeliveryConfig{
 			BatchSize: 50, AgentsPerEnvironment: 3, RetryInterval: 100 * time.Millisecond,
@@ -38,6 +38,9 @@ func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 			Faults:         platformsim.DeliveryFaults{DropAckPercent: 10},
 		},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { sim.Close() })
 	apiURL, err := sim.Start("127.0.0.1:0")
 	if err != nil {

@@ -36,7 +36,7 @@ func TestEndToEndExactlyOnceThroughCrashesAndOutages(t *testing.T) {
 	topic := "cdn-access-logs"
 	cert := newTestCert(t)
 
-	sim := platformsim.New(platformsim.Config{
+	sim, err := platformsim.New(platformsim.Config{
 		Seed: 7, Properties: 1, Environments: 1,
 		Delivery: platformsim.DeliveryConfig{
 			BatchSize: 500, AgentsPerEnvironment: 3, RetryInterval: 100 * time.Millisecond,
@@ -45,6 +45,9 @@ func TestEndToEndExactlyOnceThroughCrashesAndOutages(t *testing.T) {
 			Faults:         platformsim.DeliveryFaults{DropAckPercent: 5},
 		},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { sim.Close() })
 	apiURL, err := sim.Start("127.0.0.1:0")
 	if err != nil {

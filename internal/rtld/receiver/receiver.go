@@ -41,7 +41,7 @@ type Config struct {
 	SpoolMaxBytes     int64
 	SpoolSegmentBytes int64
 	// DeadLetterMaxBytes bounds the dead-letter store under
-	// <SpoolDir>/dead-letter (default 1 GiB; see deadletter.Options).
+	// <SpoolDir>/dead-letter (default deadletter.DefaultMaxBytes).
 	DeadLetterMaxBytes int64
 	// Ingest configures the ingest source.
 	Ingest rtld.IngestConfig
@@ -55,10 +55,10 @@ type Config struct {
 	ProfileAPI rtld.ProfileAPI
 	Registrar  *rtld.RegistrarConfig
 	// GapGrace is how long a missing seq_num may stay missing before it
-	// counts as a gap (default 10m: the platform retries at intervals).
+	// counts as a gap (default DefaultGapGrace).
 	GapGrace time.Duration
 	// GapSaveInterval is how often the gap tracker saves its state and lets
-	// the spool delete what it covers (default 5s).
+	// the spool delete what it covers (default DefaultGapSaveInterval).
 	GapSaveInterval time.Duration
 	// Registry receives the metrics (default: a new registry with the Go
 	// and process collectors).
@@ -85,21 +85,55 @@ type Receiver struct {
 	handler   http.Handler
 }
 
+// Defaults of Config.
+const (
+	// DefaultGapGrace is the default of Config.GapGrace: the platform
+	// retries a failed batch at intervals, for minutes.
+	DefaultGapGrace = 10 * time.Minute
+	// DefaultGapSaveInterval is the default of Config.GapSaveInterval.
+	DefaultGapSaveInterval = 5 * time.Second
+)
+
+// withDefaults returns c with every unset field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.GapGrace == 0 {
+		c.GapGrace = DefaultGapGrace
+	}
+	if c.GapSaveInterval == 0 {
+		c.GapSaveInterval = DefaultGapSaveInterval
+	}
+	c.Ingest = c.Ingest.WithDefaults()
+	return c
+}
+
+// validate reports every setting of c (with defaults applied) that cannot
+// work; the spool, the dead-letter store and the sinks check their own.
+func (c Config) validate() error {
+	var errs []error
+	if c.SpoolDir == "" {
+		errs = append(errs, errors.New("no spool directory"))
+	}
+	if c.GapGrace < 0 {
+		errs = append(errs, fmt.Errorf("GapGrace %s: must be positive", c.GapGrace))
+	}
+	if c.GapSaveInterval < 0 {
+		errs = append(errs, fmt.Errorf("GapSaveInterval %s: must be positive", c.GapSaveInterval))
+	}
+	if err := c.Ingest.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("ingest: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
 // New opens the spool (recovering it) and prepares every part; nothing runs
 // until Run.
 func New(cfg Config) (*Receiver, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.GapGrace <= 0 {
-		cfg.GapGrace = 10 * time.Minute
-	}
-	if cfg.GapSaveInterval <= 0 {
-		cfg.GapSaveInterval = 5 * time.Second
-	}
-	cfg.Ingest = cfg.Ingest.WithDefaults()
-	if err := cfg.Ingest.Validate(); err != nil {
-		return nil, err
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("rtld receiver: invalid configuration: %w", err)
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -122,7 +156,11 @@ func New(cfg Config) (*Receiver, error) {
 	if cfg.ClickHouse != nil {
 		cc := *cfg.ClickHouse
 		cc.Logger = cfg.Logger
-		c := logtable.New(cc)
+		c, err := logtable.New(cc)
+		if err != nil {
+			r.closeSinks()
+			return nil, err
+		}
 		r.sinks[SinkClickHouse] = c
 		r.closers = append(r.closers, c.Close)
 	}

@@ -28,9 +28,12 @@ func TestSpoolFullAnswers503AndLosesNothing(t *testing.T) {
 
 	cert := newTestCert(t)
 	tlsCfg := &tls.Config{RootCAs: cert.pool}
-	sim := platformsim.New(platformsim.Config{Seed: 3, Properties: 1, Environments: 1, Delivery: platformsim.DeliveryConfig{
+	sim, err := platformsim.New(platformsim.Config{Seed: 3, Properties: 1, Environments: 1, Delivery: platformsim.DeliveryConfig{
 		BatchSize: 250, AgentsPerEnvironment: 2, RetryInterval: 100 * time.Millisecond, TLSConfig: tlsCfg,
 	}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { sim.Close() })
 	apiURL, err := sim.Start("127.0.0.1:0")
 	if err != nil {

@@ -187,20 +187,47 @@ type Spool struct {
 	sendClosed bool
 }
 
+// withDefaults returns o with every unset field set to its default.
+func (o Options) withDefaults() Options {
+	if o.SegmentBytes == 0 {
+		o.SegmentBytes = SegmentBytesFor(o.MaxBytes)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// validate reports every setting of o (with defaults applied) that cannot
+// work.
+func (o Options) validate() error {
+	var errs []error
+	if o.Dir == "" {
+		errs = append(errs, errors.New("no directory"))
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"MaxBytes", o.MaxBytes}, {"SegmentBytes", o.SegmentBytes}, {"MaxEntryBytes", o.MaxEntryBytes}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d: must not be negative", f.name, f.v))
+		}
+	}
+	if o.MaxBytes > 0 && o.MaxEntryBytes > 0 {
+		if need := MinMaxBytes(o.SegmentBytes, o.MaxEntryBytes); o.MaxBytes < need {
+			errs = append(errs, fmt.Errorf("size bound of %d bytes cannot work: it must hold two segments of %d bytes, each with room for an entry of %d bytes, at least %d bytes",
+				o.MaxBytes, o.SegmentBytes, o.MaxEntryBytes, need))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Open opens or creates the spool in opts.Dir, recovers it and starts its
 // writer. Close it to stop the writer.
 func Open(opts Options) (*Spool, error) {
-	if opts.SegmentBytes <= 0 {
-		opts.SegmentBytes = SegmentBytesFor(opts.MaxBytes)
-	}
-	if opts.MaxBytes > 0 && opts.MaxEntryBytes > 0 {
-		if need := MinMaxBytes(opts.SegmentBytes, opts.MaxEntryBytes); opts.MaxBytes < need {
-			return nil, fmt.Errorf("spool size bound of %d bytes cannot work: it must hold two segments of %d bytes, each with room for an entry of %d bytes, at least %d bytes",
-				opts.MaxBytes, opts.SegmentBytes, opts.MaxEntryBytes, need)
-		}
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("spool: invalid options: %w", err)
 	}
 	if err := os.MkdirAll(opts.Dir, 0o750); err != nil {
 		return nil, fmt.Errorf("creating spool directory: %w", err)

@@ -34,12 +34,14 @@ import (
 type Config struct {
 	// Brokers are the bootstrap brokers (host:port).
 	Brokers []string
-	// Topic receives the records (DESIGN.md default cdn-access-logs).
+	// Topic receives the records (default DefaultTopic).
 	Topic string
-	// Compression is none, gzip, snappy, lz4 or zstd (default lz4).
+	// Compression is none, gzip, snappy, lz4 or zstd (default
+	// DefaultCompression).
 	Compression string
 	// CreateTopic creates the topic at first use when it does not exist,
-	// with Partitions and ReplicationFactor (-1: the broker's default).
+	// with Partitions and ReplicationFactor (defaults DefaultPartitions and
+	// DefaultReplicationFactor; -1: the broker's default).
 	CreateTopic       bool
 	Partitions        int
 	ReplicationFactor int
@@ -51,7 +53,7 @@ type Config struct {
 	// found by its MESSAGE_TOO_LARGE answers: the worker splits such
 	// deliveries and dead-letters only the records too large by themselves.
 	MaxMessageBytes int64
-	// WriteTimeout bounds one delivery (default 30s); a timed-out delivery
+	// WriteTimeout bounds one delivery (default DefaultWriteTimeout); a timed-out delivery
 	// is retried by the worker.
 	WriteTimeout time.Duration
 	// TLS, when set, encrypts every connection to the brokers (see
@@ -92,29 +94,78 @@ func ParseCompression(s string) (kafkago.Compression, error) {
 	return 0, fmt.Errorf("unknown Kafka compression %q (none, gzip, snappy, lz4, zstd)", s)
 }
 
+// Defaults of Config.
+const (
+	// DefaultTopic is DESIGN.md's topic.
+	DefaultTopic       = "cdn-access-logs"
+	DefaultCompression = "lz4"
+	// DefaultPartitions and DefaultReplicationFactor shape a topic the sink
+	// creates; -1 is the broker's default.
+	DefaultPartitions        = 6
+	DefaultReplicationFactor = -1
+	DefaultWriteTimeout      = 30 * time.Second
+)
+
+// withDefaults returns c with every unset field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Topic == "" {
+		c.Topic = DefaultTopic
+	}
+	if c.Compression == "" {
+		c.Compression = DefaultCompression
+	}
+	if c.Partitions == 0 {
+		c.Partitions = DefaultPartitions
+	}
+	if c.ReplicationFactor == 0 {
+		c.ReplicationFactor = DefaultReplicationFactor
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// validate reports every setting of c (with defaults applied) that cannot
+// work.
+func (c Config) validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("no brokers"))
+	}
+	if _, err := ParseCompression(c.Compression); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Partitions < 1 && c.Partitions != -1 {
+		errs = append(errs, fmt.Errorf("%d partitions: want a positive number or -1 (the broker's default)", c.Partitions))
+	}
+	if c.ReplicationFactor < 1 && c.ReplicationFactor != -1 {
+		errs = append(errs, fmt.Errorf("replication factor %d: want a positive number or -1 (the broker's default)", c.ReplicationFactor))
+	}
+	if c.MaxMessageBytes <= recordBatchOverhead+1024 {
+		errs = append(errs, fmt.Errorf("a max message size of %d bytes leaves no room for records", c.MaxMessageBytes))
+	}
+	if c.WriteTimeout < 0 {
+		errs = append(errs, fmt.Errorf("write timeout %s: must be positive", c.WriteTimeout))
+	}
+	return errors.Join(errs...)
+}
+
 // New returns a sink. It does not connect until the first delivery.
 func New(cfg Config) (*Sink, error) {
-	if len(cfg.Brokers) == 0 {
-		return nil, errors.New("kafka sink: no brokers")
-	}
-	if cfg.Topic == "" {
-		return nil, errors.New("kafka sink: no topic")
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("kafka sink: invalid configuration: %w", err)
 	}
 	comp, err := ParseCompression(cfg.Compression)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if cfg.MaxMessageBytes <= recordBatchOverhead+1024 {
-		return nil, fmt.Errorf("kafka sink: a max message size of %d bytes leaves no room for records", cfg.MaxMessageBytes)
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 30 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
 	}
 	var tracked *trackedMechanism
 	if cfg.SASL != nil {
@@ -156,12 +207,6 @@ func (s *Sink) ensureTopic(ctx context.Context) error {
 		return nil
 	}
 	parts, rf := s.cfg.Partitions, s.cfg.ReplicationFactor
-	if parts == 0 {
-		parts = -1
-	}
-	if rf == 0 {
-		rf = -1
-	}
 	c := &kafkago.Client{Addr: kafkago.TCP(s.cfg.Brokers...), Transport: s.tr, Timeout: 10 * time.Second}
 	// Metadata first: when the connection itself fails (TLS, SASL), it
 	// returns the cause, where CreateTopics only says "broker not available".

@@ -127,7 +127,7 @@ func TestExistingTableWithOtherTypes(t *testing.T) {
 	if err := conn.Exec(lcCtx, create); err != nil {
 		t.Fatal(err)
 	}
-	sink := New(Config{DSN: srv.DSN(db)})
+	sink := newSink(t, Config{DSN: srv.DSN(db)})
 	t.Cleanup(func() { sink.Close() })
 	const batches, per = 4, 250
 	var bs []*accesslog.Batch
@@ -194,7 +194,7 @@ func TestIncompatibleColumnIsRefusedByName(t *testing.T) {
 		t.Run(tc.column, func(t *testing.T) {
 			db := srv.NewDatabase(t)
 			srv.Exec(t, "CREATE TABLE "+db+".access_logs (environment_id String, "+tc.def+", extra String) ENGINE = MergeTree ORDER BY environment_id")
-			sink := New(Config{DSN: srv.DSN(db)})
+			sink := newSink(t, Config{DSN: srv.DSN(db)})
 			t.Cleanup(func() { sink.Close() })
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -211,7 +211,7 @@ func TestIncompatibleColumnIsRefusedByName(t *testing.T) {
 func TestDroppedTableIsRecreated(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	db := srv.NewDatabase(t)
-	sink := New(Config{DSN: srv.DSN(db)})
+	sink := newSink(t, Config{DSN: srv.DSN(db)})
 	t.Cleanup(func() { sink.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -249,7 +249,7 @@ func TestRowsTheServerRefusesAreFoundAndRejected(t *testing.T) {
 	// every INSERT holding such a row (code 395), whatever its neighbours.
 	srv := testenv.ClickHouse(t)
 	db := srv.NewDatabase(t)
-	sink := New(Config{DSN: srv.DSN(db)})
+	sink := newSink(t, Config{DSN: srv.DSN(db)})
 	t.Cleanup(func() { sink.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

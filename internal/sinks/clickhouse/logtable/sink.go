@@ -78,10 +78,10 @@ type Config struct {
 	Fields []accesslog.Field
 	// Logger receives connection and schema notes.
 	Logger *slog.Logger
-	// InsertTimeout bounds one delivery (default 60s).
+	// InsertTimeout bounds one delivery (default DefaultInsertTimeout).
 	InsertTimeout time.Duration
 	// Concurrency is how many INSERTs one delivery runs at once, each with
-	// a share of the batches (default 1). Rows are idempotent, so order does
+	// a share of the batches (default DefaultConcurrency). Rows are idempotent, so order does
 	// not matter; more than 1 helps when the server has idle cores (on a
 	// 2-core machine shared with the server it did not).
 	Concurrency int
@@ -122,21 +122,55 @@ type accessColumn struct {
 	fraction string
 }
 
+// Defaults of Config.
+const (
+	DefaultInsertTimeout = 60 * time.Second
+	DefaultConcurrency   = 1
+)
+
+// withDefaults returns c with every unset field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Fields == nil {
+		c.Fields = accesslog.Fields()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.InsertTimeout == 0 {
+		c.InsertTimeout = DefaultInsertTimeout
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	return c
+}
+
+// validate reports every setting of c (with defaults applied) that cannot
+// work.
+func (c Config) validate() error {
+	var errs []error
+	if c.DSN == "" {
+		errs = append(errs, errors.New("no DSN"))
+	}
+	if c.InsertTimeout < 0 {
+		errs = append(errs, fmt.Errorf("insert timeout %s: must be positive", c.InsertTimeout))
+	}
+	if c.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("concurrency %d: must be positive", c.Concurrency))
+	}
+	if c.Retention < 0 {
+		errs = append(errs, fmt.Errorf("retention %s: must not be negative", c.Retention))
+	}
+	return errors.Join(errs...)
+}
+
 // New returns the sink; it does not connect yet.
-func New(cfg Config) *Sink {
-	if cfg.Fields == nil {
-		cfg.Fields = accesslog.Fields()
+func New(cfg Config) (*Sink, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("clickhouse access-log sink: invalid configuration: %w", err)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.InsertTimeout <= 0 {
-		cfg.InsertTimeout = 60 * time.Second
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 1
-	}
-	return &Sink{cfg: cfg, log: cfg.Logger}
+	return &Sink{cfg: cfg, log: cfg.Logger}, nil
 }
 
 func isFixed(code string) bool {

@@ -59,7 +59,7 @@ func record(i int, extra string) json.RawMessage {
 func TestAccessLogsExactlyOnceUnderFinal(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	db := srv.NewDatabase(t)
-	sink := New(Config{DSN: srv.DSN(db)})
+	sink := newSink(t, Config{DSN: srv.DSN(db)})
 	t.Cleanup(func() { sink.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -105,7 +105,7 @@ func TestAccessLogsExactlyOnceUnderFinal(t *testing.T) {
 	}
 
 	// A second sink (a restart) finds the table and adds a new field's column.
-	sink2 := New(Config{DSN: srv.DSN(db), Fields: append(accesslog.Fields(), accesslog.Field{Code: "new_field", Type: accesslog.TypeInteger})})
+	sink2 := newSink(t, Config{DSN: srv.DSN(db), Fields: append(accesslog.Fields(), accesslog.Field{Code: "new_field", Type: accesslog.TypeInteger})})
 	t.Cleanup(func() { sink2.Close() })
 	b := &accesslog.Batch{EnvironmentID: "env-1", Format: accesslog.FormatJSON, AgentID: "agent-1", Datestamp: "20261123", SeqNum: 5, ReceivedUnixNano: now,
 		Records: []json.RawMessage{json.RawMessage(`{"uuid":"n","new_field":42}`)}}
@@ -240,7 +240,7 @@ func deliverOne(ctx context.Context, sink *Sink, prefix string, n int) error {
 func TestTableLayout(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	db := srv.NewDatabase(t)
-	sink := New(Config{DSN: srv.DSN(db)})
+	sink := newSink(t, Config{DSN: srv.DSN(db)})
 	t.Cleanup(func() { sink.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -272,7 +272,7 @@ func TestOldLayoutKeepsWorking(t *testing.T) {
 	}
 	srv.Exec(t, old)
 	var logs bytes.Buffer
-	sink := New(Config{DSN: srv.DSN(db), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	sink := newSink(t, Config{DSN: srv.DSN(db), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	t.Cleanup(func() { sink.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -303,7 +303,7 @@ func TestMigrationRecipe(t *testing.T) {
 	stmts := ddl(t, db, clickhouse.Version{Major: 18, Minor: 16, Patch: 1}, accesslog.Fields())
 	srv.Exec(t, strings.Replace(stmts[len(stmts)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
 		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1))
-	sink := New(Config{DSN: srv.DSN(db)})
+	sink := newSink(t, Config{DSN: srv.DSN(db)})
 	t.Cleanup(func() { sink.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -347,4 +347,14 @@ func ddl(t *testing.T, database string, v clickhouse.Version, fields []accesslog
 		t.Fatal(err)
 	}
 	return clickhouse.CreateStatements(database, "", v, spec)
+}
+
+// newSink is New for a configuration the test expects to be valid.
+func newSink(t *testing.T, cfg Config) *Sink {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

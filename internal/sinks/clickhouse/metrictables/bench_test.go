@@ -23,7 +23,10 @@ import (
 func BenchmarkInsertEdgeUsageByCountry(b *testing.B) {
 	ch := testenv.ClickHouse(b)
 	at := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
-	sim := platformsim.New(platformsim.Config{Seed: 3, Now: func() time.Time { return at }, Environments: 25})
+	sim, err := platformsim.New(platformsim.Config{Seed: 3, Now: func() time.Time { return at }, Environments: 25})
+	if err != nil {
+		b.Fatal(err)
+	}
 	base, err := sim.Start("127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

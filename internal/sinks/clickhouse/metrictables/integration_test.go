@@ -60,7 +60,11 @@ func newWorld(t *testing.T, envs int) *world {
 func newWorldOn(t *testing.T, ch *testenv.ClickHouseServer, envs int) *world {
 	t.Helper()
 	w := &world{t: t, clock: fakeclock.New(t0), ch: ch, log: testLogger(t)}
-	w.sim = platformsim.New(platformsim.Config{Seed: 7, Now: w.clock.Now, Environments: envs})
+	var err error
+	w.sim, err = platformsim.New(platformsim.Config{Seed: 7, Now: w.clock.Now, Environments: envs})
+	if err != nil {
+		t.Fatal(err)
+	}
 	base, err := w.sim.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
