@@ -142,6 +142,11 @@ type Scheduler struct {
 // Config.Datasets does not exist or does not offer the granularity.
 var ErrUnknownDataset = errors.New("unknown dataset")
 
+// ErrConfig marks an error of a source that retrying cannot cure (a
+// configuration that does not fit what the platform offers): Run returns an
+// error wrapping it at once instead of retrying the discovery.
+var ErrConfig = errors.New("configuration error")
+
 type loop struct {
 	ds     *metricsapi.Dataset
 	cancel context.CancelFunc
@@ -228,8 +233,9 @@ func (s *Scheduler) Environments() []string {
 // Run discovers environments and datasets, runs one poll loop per dataset
 // and rediscovers every DiscoveryInterval, until ctx is done. It returns
 // after every loop has stopped. Discovery failures are retried; Run returns
-// ctx's error, or an error wrapping ErrUnknownDataset when the first
-// successful discovery does not offer every dataset of Config.Datasets.
+// ctx's error, an error wrapping ErrUnknownDataset when the first
+// successful discovery does not offer every dataset of Config.Datasets, or
+// an error wrapping ErrConfig from a source.
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.stopAll()
 	backoff := time.Second
@@ -238,7 +244,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, ErrUnknownDataset) {
+			if errors.Is(err, ErrUnknownDataset) || errors.Is(err, ErrConfig) {
 				return err
 			}
 			s.log.Error("discovery failed", "err", err, "retry_in", backoff)
@@ -545,7 +551,7 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 	}
 	if s.cfg.Resume != nil {
 		if need := s.tracker.needResume(ds.Name, envs); len(need) > 0 {
-			points, err := s.cfg.Resume.Resume(ctx, ds.Name, g, need)
+			points, err := s.cfg.Resume.Resume(ctx, ds, g, need)
 			if err != nil {
 				if ctx.Err() != nil {
 					r.Err = ctx.Err()
@@ -569,12 +575,17 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 	if !from.Before(to) {
 		return r
 	}
+	// The descriptor's dimensions and metrics, explicitly: a descriptor
+	// chosen by a selection (metricsapi.Dataset.Select) has fewer than the
+	// platform's, and the API aggregates the dimensions left out.
 	res, err := s.cfg.Fetcher.Data(ctx, metricsapi.Query{
 		Dataset:      ds.Name,
 		Environments: envs,
 		Granularity:  g,
 		Start:        from,
 		End:          to,
+		Labels:       ds.LabelNames(),
+		Metrics:      ds.MetricNames(),
 	})
 	if res != nil {
 		r.Requests = res.Requests

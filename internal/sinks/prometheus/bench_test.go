@@ -116,7 +116,7 @@ func newBaseline(ds *metricsapi.Dataset, sets [][]string) *baseline {
 	names := labelNames(labels)
 	var plans []*metricPlan
 	for _, m := range ds.MetricNames() {
-		plans = append(plans, plan(ds, m, names))
+		plans = append(plans, plan(DefaultPrefix, ds, m, names))
 	}
 	b := &baseline{}
 	for _, ls := range sets {

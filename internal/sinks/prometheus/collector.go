@@ -3,11 +3,16 @@
 // metrics from it at scrape time (node_exporter style), plus the exporter's
 // own edgepipe_* self-metrics.
 //
-// Names follow DESIGN.md: cdn_<dataset>_<metric> with labels environment_id
-// and the dataset's dimensions. API counts are counters (the sum of every
+// Names follow DESIGN.md: cdn_<dataset>_<metric> (the prefix is
+// Options.Prefix) with labels environment_id and the dataset's dimensions
+// (those it is exported with). API counts are counters (the sum of every
 // bucket value seen since start; a revision adds its difference), everything
 // else is a gauge of the newest bucket; percentiles become
 // cdn_<dataset>_<stem>_seconds{percentile="P"} and bits become bytes.
+//
+// The collector holds at most Options.MaxSeries series (see seriesBudget in
+// budget.go) and exposes edgepipe_series{dataset},
+// edgepipe_series_limit_dropped_total{dataset} and edgepipe_series_limit.
 //
 // State is compact: per label set its interned label values (shared by all of
 // its metrics) and one value per metric, in flat per-dataset slices, found
@@ -17,6 +22,7 @@ package prometheus
 import (
 	"context"
 	"hash/maphash"
+	"log/slog"
 	"math"
 	"slices"
 	"sync"
@@ -46,13 +52,20 @@ const (
 type Options struct {
 	SeriesTTL   time.Duration
 	GaugeMaxAge time.Duration
+	// Prefix starts every metric name (default DefaultPrefix).
+	Prefix string
+	// MaxSeries is the series budget (see seriesBudget); 0 means none.
+	MaxSeries int
+	// Logger receives the budget's warnings (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Collector is the Prometheus sink. It implements schedule.Publisher,
 // schedule.EnvironmentWatcher and prometheus.Collector; register it on a
 // registry and hand it to the scheduler. It is safe for concurrent use.
 type Collector struct {
-	opts Options
+	opts   Options
+	budget *seriesBudget
 
 	mu       sync.RWMutex
 	datasets map[string]*datasetState
@@ -66,6 +79,8 @@ type Collector struct {
 // empty environment label.
 type datasetState struct {
 	mu         sync.RWMutex
+	name       string
+	budget     *seriesBudget
 	resultLbls []string // the label dimensions, in Row.Labels order
 	plans      []*metricPlan
 	byName     map[string]int
@@ -85,6 +100,12 @@ type datasetState struct {
 	swept      int64 // dsNewest at the last staleness sweep
 	idxScratch []int
 	keyScratch []byte
+
+	// dropped counts the series the budget refused; unlogged those not
+	// logged yet, lastWarn when they last were.
+	dropped  float64
+	unlogged int
+	lastWarn time.Time
 }
 
 // NewCollector returns an empty Collector.
@@ -95,8 +116,15 @@ func NewCollector(opts Options) *Collector {
 	if opts.GaugeMaxAge <= 0 {
 		opts.GaugeMaxAge = DefaultGaugeMaxAge
 	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	return &Collector{
 		opts:     opts,
+		budget:   newSeriesBudget(opts.MaxSeries, opts.Logger),
 		datasets: make(map[string]*datasetState),
 	}
 }
@@ -105,7 +133,8 @@ func NewCollector(opts Options) *Collector {
 // are only known at run time, so the collector is unchecked.
 func (c *Collector) Describe(chan<- *prometheus.Desc) {}
 
-// Collect sends the current value of every series.
+// Collect sends the current value of every series, and the budget's
+// self-metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.RLock()
 	dss := make([]*datasetState, 0, len(c.datasets))
@@ -139,6 +168,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		d.mu.RUnlock()
 	}
+	c.budget.collect(ch, dss)
 }
 
 // SetEnvironments drops the series of every environment not in ids.
@@ -175,7 +205,7 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 	c.mu.Lock()
 	d := c.datasets[b.Dataset.Name]
 	if d == nil {
-		d = &datasetState{byName: make(map[string]int)}
+		d = &datasetState{name: b.Dataset.Name, budget: c.budget, byName: make(map[string]int)}
 		c.datasets[b.Dataset.Name] = d
 	}
 	envs := c.envs
@@ -183,8 +213,9 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.prepare(b)
+	d.prepare(b, c.opts.Prefix)
 	idx := d.idxScratch
+	refused := 0
 	for ui := range b.Updates {
 		u := &b.Updates[ui]
 		row := &u.Row
@@ -192,6 +223,10 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 			continue
 		}
 		i := d.lookup(row)
+		if i < 0 {
+			refused++
+			continue
+		}
 		bt := row.Time.Unix()
 		newest := bt >= d.newest[i]
 		if newest {
@@ -228,14 +263,18 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 		}
 	}
 	d.sweep(int64(c.opts.SeriesTTL / time.Second))
+	if refused > 0 {
+		c.budget.refused(d, refused*len(d.plans), time.Now())
+	}
 	return nil
 }
 
 // prepare maps the batch's metrics onto plans (creating plans for metrics
 // not seen before, which widens every series' values) and resets the state
 // if the label dimensions changed.
-func (d *datasetState) prepare(b *schedule.Batch) {
+func (d *datasetState) prepare(b *schedule.Batch, prefix string) {
 	if d.index == nil || !slices.Equal(d.resultLbls, b.Labels) {
+		d.budget.adjust(d.name, -d.live*len(d.plans))
 		d.resultLbls = slices.Clone(b.Labels)
 		d.k = 1 + len(b.Labels)
 		d.plans = nil
@@ -252,11 +291,12 @@ func (d *datasetState) prepare(b *schedule.Batch) {
 		j, ok := d.byName[m]
 		if !ok {
 			j = len(d.plans)
-			d.plans = append(d.plans, plan(b.Dataset, m, names))
+			d.plans = append(d.plans, plan(prefix, b.Dataset, m, names))
 			d.byName[m] = j
 		}
 		d.idxScratch = append(d.idxScratch, j)
 	}
+	d.budget.adjust(d.name, d.live*(len(d.plans)-oldP))
 	if p := len(d.plans); p != oldP && len(d.newest) > 0 {
 		vals := make([]float64, len(d.newest)*p, cap(d.newest)*p)
 		for i := range d.newest {
@@ -307,7 +347,8 @@ func (d *datasetState) sameLabels(i int, row *metricsapi.Row) bool {
 	return true
 }
 
-// lookup returns the series index of row's label set, creating it.
+// lookup returns the series index of row's label set, creating it if the
+// budget has room, else -1.
 func (d *datasetState) lookup(row *metricsapi.Row) int {
 	h := d.hashRow(row)
 	i, taken := d.index[h]
@@ -320,6 +361,9 @@ func (d *datasetState) lookup(row *metricsapi.Row) int {
 		}
 	}
 	p := len(d.plans)
+	if !d.budget.reserve(d.name, p) {
+		return -1
+	}
 	var n int
 	if f := len(d.free); f > 0 {
 		n = int(d.free[f-1])
@@ -365,8 +409,11 @@ func (d *datasetState) sweep(ttl int64) {
 	d.removeWhere(func(i int) bool { return d.newest[i] < floor })
 }
 
-// removeWhere frees every live series i for which drop(i) is true.
+// removeWhere frees every live series i for which drop(i) is true, and
+// their share of the budget.
 func (d *datasetState) removeWhere(drop func(i int) bool) {
+	before := d.live
+	defer func() { d.budget.adjust(d.name, (d.live-before)*len(d.plans)) }()
 	for i := range d.newest {
 		if d.labels[i*d.k] == "" || !drop(i) {
 			continue

@@ -86,10 +86,13 @@ func TestName(t *testing.T) {
 		{"requests_cache_hit_ratio", "cdn_ds_requests_cache_hit_ratio", ""},
 		{"weird-name.x", "cdn_ds_weird_name_x", ""},
 	} {
-		name, pct := Name("ds", tc.metric)
+		name, pct := Name(DefaultPrefix, "ds", tc.metric)
 		if name != tc.name || pct != tc.pct {
 			t.Errorf("Name(%s) = %s, %q; want %s, %q", tc.metric, name, pct, tc.name, tc.pct)
 		}
+	}
+	if name, _ := Name("edge", "ds", "requests_edge_total"); name != "edge_ds_requests_edge_total" {
+		t.Errorf("with prefix edge: %s", name)
 	}
 }
 
@@ -127,13 +130,24 @@ func TestCountersGaugesAndRevisions(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
 		}
 	}
-	if len(got) != len(want) {
-		t.Errorf("%d series exposed, want %d: %v", len(got), len(want), got)
+	if n := countPrefix(got, "cdn_"); n != len(want) {
+		t.Errorf("%d series exposed, want %d: %v", n, len(want), got)
 	}
 	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
 	if err != nil || len(problems) > 0 {
 		t.Errorf("promlint: %v %v", problems, err)
 	}
+}
+
+// countPrefix counts the series whose name starts with prefix.
+func countPrefix(vals map[string]float64, prefix string) int {
+	n := 0
+	for k := range vals {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 func mustGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {

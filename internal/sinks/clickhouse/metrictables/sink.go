@@ -1,5 +1,6 @@
 // Package metrictables is the exporter's ClickHouse sink: one table per
-// metrics dataset, named as the dataset, written idempotently. Every table is
+// metrics dataset, named as the dataset (a dataset exported with fewer
+// dimensions has a table of its own, see TableName), written idempotently. Every table is
 // a ReplacingMergeTree versioned by insert time, so a bucket written again
 // (a revision, a retry, a restart) collapses to its newest row under
 // `SELECT … FINAL`, and INSERTs name their columns so that tables extended
@@ -263,7 +264,7 @@ func (s *Sink) Write(ctx context.Context, b *schedule.Batch) (int, error) {
 	if err := s.writeBlock(ctx, db, blk); err != nil {
 		s.metrics.insertErrors.WithLabelValues(blk.dataset, clickhouse.ErrorClass(err)).Inc()
 		if clickhouse.ErrorCode(err) != 0 {
-			s.forgetTable(blk.dataset)
+			s.forgetTable(blk.table)
 		}
 		return 0, err
 	}
@@ -414,7 +415,7 @@ func (s *Sink) writeAll(items []*block) []*block {
 				// The server rejected the data itself: forget what we know
 				// about the table (it may have changed) and give up on the
 				// rows after a few attempts rather than blocking the queue.
-				s.forgetTable(merged.dataset)
+				s.forgetTable(merged.table)
 				for _, b := range g {
 					b.rejections++
 				}
@@ -441,7 +442,7 @@ func (s *Sink) writeBlock(ctx context.Context, db *clickhouse.DB, b *block) erro
 		return err
 	}
 	start := time.Now()
-	err := db.InsertColumns(ctx, b.dataset, columnNames(b.cols), b.columnData())
+	err := db.InsertColumns(ctx, b.table, columnNames(b.cols), b.columnData())
 	s.metrics.insertDuration.WithLabelValues(b.dataset).Observe(time.Since(start).Seconds())
 	return err
 }
@@ -484,14 +485,14 @@ func (s *Sink) schemaOptions(db *clickhouse.DB) SchemaOptions {
 	return SchemaOptions{Version: db.Version(), Database: db.Database(), Retention: s.cfg.Retention, Cluster: s.cfg.Cluster}
 }
 
-func (s *Sink) forgetTable(dataset string) {
+func (s *Sink) forgetTable(table string) {
 	s.tablesMu.Lock()
 	defer s.tablesMu.Unlock()
-	delete(s.tables, dataset)
+	delete(s.tables, table)
 }
 
-// EnsureTable creates dataset's table if it is missing and adds columns for
-// descriptor metrics and dimensions it lacks.
+// EnsureTable creates the table of ds (TableName) if it is missing and adds
+// columns for descriptor metrics and dimensions it lacks.
 func (s *Sink) EnsureTable(ctx context.Context, ds *metricsapi.Dataset) error {
 	db, err := s.connect(ctx)
 	if err != nil {
@@ -503,7 +504,8 @@ func (s *Sink) EnsureTable(ctx context.Context, ds *metricsapi.Dataset) error {
 func (s *Sink) ensureTable(ctx context.Context, db *clickhouse.DB, ds *metricsapi.Dataset, cols []Column) error {
 	s.tablesMu.Lock()
 	defer s.tablesMu.Unlock()
-	st := s.tables[ds.Name]
+	table := TableName(ds)
+	st := s.tables[table]
 	if st != nil {
 		missing := false
 		for _, c := range cols {
@@ -517,7 +519,7 @@ func (s *Sink) ensureTable(ctx context.Context, db *clickhouse.DB, ds *metricsap
 		}
 	}
 	o := s.schemaOptions(db)
-	local := o.LocalTable(ds.Name)
+	local := o.LocalTable(table)
 	existing, key, err := tableColumns(ctx, db, local)
 	if err != nil {
 		return err
@@ -527,17 +529,17 @@ func (s *Sink) ensureTable(ctx context.Context, db *clickhouse.DB, ds *metricsap
 		// has beyond it.
 		all := MetricsColumns(ds, nil, nil)
 		all = withExtra(all, cols)
-		for _, stmt := range CreateTableDDL(ds.Name, all, o) {
+		for _, stmt := range CreateTableDDL(table, all, o) {
 			if err := db.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("create table for dataset %s: %w", ds.Name, err)
+				return fmt.Errorf("create table %s for dataset %s: %w", table, ds.Name, err)
 			}
 		}
-		s.log.Info("created ClickHouse table", "table", db.Table(ds.Name), "columns", len(all), "cluster", o.Cluster)
+		s.log.Info("created ClickHouse table", "table", db.Table(table), "columns", len(all), "cluster", o.Cluster)
 		existing, key, err = tableColumns(ctx, db, local)
 		if err != nil {
 			return err
 		}
-	} else if stmt := RetentionDDL(ds.Name, o); stmt != "" && st == nil {
+	} else if stmt := RetentionDDL(table, o); stmt != "" && st == nil {
 		if err := db.Exec(ctx, stmt); err != nil {
 			s.log.Warn("could not set the table's TTL", "table", db.Table(local), "err", err)
 		}
@@ -550,18 +552,18 @@ func (s *Sink) ensureTable(ctx context.Context, db *clickhouse.DB, ds *metricsap
 		}
 	}
 	if len(missing) > 0 {
-		for _, stmt := range AddColumnsDDL(ds.Name, missing, key, o) {
+		for _, stmt := range AddColumnsDDL(table, missing, key, o) {
 			if err := db.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("add columns to dataset table %s: %w", ds.Name, err)
+				return fmt.Errorf("add columns to table %s of dataset %s: %w", table, ds.Name, err)
 			}
 		}
 		names := columnNames(missing)
-		s.log.Info("added columns to ClickHouse table", "table", db.Table(ds.Name), "columns", strings.Join(names, ","))
+		s.log.Info("added columns to ClickHouse table", "table", db.Table(table), "columns", strings.Join(names, ","))
 		for _, n := range names {
 			existing[n] = true
 		}
 	}
-	s.tables[ds.Name] = &tableState{columns: existing, key: key}
+	s.tables[table] = &tableState{columns: existing, key: key}
 	return nil
 }
 
@@ -617,8 +619,8 @@ func tableColumns(ctx context.Context, db *clickhouse.DB, table string) (map[str
 }
 
 // Resume returns, per environment of envs, where the scheduler should resume
-// polling dataset at granularity g: the start of the environment's newest
-// stored bucket. An environment with no row in the table (a series without
+// polling dataset ds (as exported: its TableName) at granularity g: the start
+// of the environment's newest stored bucket. An environment with no row in the table (a series without
 // traffic, or one added while the exporter was down) gets the newest bucket
 // of the whole table instead, since buckets without traffic are simply
 // missing and the previous run polled all environments together. Every
@@ -627,7 +629,8 @@ func tableColumns(ctx context.Context, db *clickhouse.DB, table string) (map[str
 // yields an empty map (the scheduler starts as new).
 //
 // Sink implements schedule.ResumeSource.
-func (s *Sink) Resume(ctx context.Context, dataset string, g metricsapi.Granularity, envs []string) (map[string]time.Time, error) {
+func (s *Sink) Resume(ctx context.Context, ds *metricsapi.Dataset, g metricsapi.Granularity, envs []string) (map[string]time.Time, error) {
+	dataset, table := ds.Name, TableName(ds)
 	out := make(map[string]time.Time)
 	if len(envs) == 0 {
 		return out, nil
@@ -636,7 +639,7 @@ func (s *Sink) Resume(ctx context.Context, dataset string, g metricsapi.Granular
 	if err != nil {
 		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
 	}
-	where := " FROM " + db.Table(dataset) + " WHERE " + clickhouse.QuoteIdent(ColumnGranularity) + " = " + clickhouse.QuoteString(string(g))
+	where := " FROM " + db.Table(table) + " WHERE " + clickhouse.QuoteIdent(ColumnGranularity) + " = " + clickhouse.QuoteString(string(g))
 	var newest time.Time
 	var n uint64
 	if err := db.Conn().QueryRow(ctx, "SELECT count(), max("+clickhouse.QuoteIdent(ColumnTime)+")"+where).Scan(&n, &newest); err != nil {
@@ -706,6 +709,7 @@ func columnNames(cols []Column) []string {
 // block is one batch's rows in column-oriented form, ready to insert.
 type block struct {
 	dataset    string
+	table      string // TableName(ds)
 	ds         *metricsapi.Dataset
 	cols       []Column
 	data       []colData
@@ -749,7 +753,7 @@ func (c *colData) appendFrom(o *colData) {
 }
 
 func (b *block) signature() string {
-	return b.dataset + "\x00" + strings.Join(columnNames(b.cols), "\x00")
+	return b.table + "\x00" + strings.Join(columnNames(b.cols), "\x00")
 }
 
 func (b *block) columnData() []any {
@@ -765,7 +769,7 @@ func mergeBlocks(bs []*block) *block {
 	if len(bs) == 1 {
 		return bs[0]
 	}
-	m := &block{dataset: bs[0].dataset, ds: bs[0].ds, cols: bs[0].cols, data: make([]colData, len(bs[0].cols))}
+	m := &block{dataset: bs[0].dataset, table: bs[0].table, ds: bs[0].ds, cols: bs[0].cols, data: make([]colData, len(bs[0].cols))}
 	for i := range m.data {
 		m.data[i].kind = bs[0].data[i].kind
 	}
@@ -784,7 +788,7 @@ func mergeBlocks(bs []*block) *block {
 func newBlock(b *schedule.Batch, version uint64) (*block, int) {
 	cols := MetricsColumns(b.Dataset, nonNil(b.Labels), nonNil(b.Metrics))
 	n := len(b.Updates)
-	blk := &block{dataset: b.Dataset.Name, ds: b.Dataset, cols: cols, data: make([]colData, len(cols))}
+	blk := &block{dataset: b.Dataset.Name, table: TableName(b.Dataset), ds: b.Dataset, cols: cols, data: make([]colData, len(cols))}
 	for i, c := range cols {
 		d := &blk.data[i]
 		d.kind = c.Kind
