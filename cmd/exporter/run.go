@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/edgepipe/edgepipe/internal/exportconfig"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/otel"
 	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
@@ -37,6 +38,7 @@ type runFlags struct {
 	otlpQueue         int
 	seriesTTL         time.Duration
 	gaugeMaxAge       time.Duration
+	maxSeries         int
 	shutdownTimeout   time.Duration
 	web               *web.FlagConfig
 }
@@ -59,6 +61,9 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 		Default(promsink.DefaultSeriesTTL.String()).DurationVar(&f.seriesTTL)
 	cmd.Flag("prometheus.gauge-max-age", "Hide the gauges of a label set whose newest bucket is this much older than the dataset's newest (its counters stay).").
 		Default(promsink.DefaultGaugeMaxAge.String()).DurationVar(&f.gaugeMaxAge)
+	cmd.Flag("prometheus.max-series", "Most series /metrics holds (label sets × their dataset's metrics); beyond it new label sets are "+
+		"refused, counted in edgepipe_series_limit_dropped_total{dataset} and logged, while those held keep updating. 0: no limit.").
+		Default(fmt.Sprint(promsink.DefaultMaxSeries)).IntVar(&f.maxSeries)
 	cmd.Flag("shutdown-timeout", "How long shutdown may take to flush sinks.").Default("10s").DurationVar(&f.shutdownTimeout)
 	f.web = kingpinflag.AddFlags(cmd, DefaultListenAddress)
 	return f
@@ -128,7 +133,8 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 			result = fmt.Errorf("web server: %w", err)
 		}
 	case err := <-schedErr:
-		// Only a configuration error (an unknown --dataset) ends the
+		// Only a configuration error (an unknown --dataset, a config
+		// file that does not fit the platform's datasets) ends the
 		// scheduler before ctx does.
 		schedDone = true
 		result = err
@@ -173,7 +179,12 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		return nil, err
 	}
 
-	x.collector = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge})
+	if f.maxSeries < 0 {
+		return nil, fmt.Errorf("--prometheus.max-series must not be negative, got %d", f.maxSeries)
+	}
+	cfg := h.common.config
+	x.collector = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge,
+		Prefix: cfg.Prefix, MaxSeries: f.maxSeries, Logger: h.log.With("sink", "prometheus")})
 	if err := x.reg.Register(x.collector); err != nil {
 		return nil, fmt.Errorf("register collector: %w", err)
 	}
@@ -228,7 +239,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		Concurrency:       f.concurrency,
 		Jitter:            f.jitter,
 		Datasets:          f.datasets,
-		DatasetSource:     cl.Metrics,
+		DatasetSource:     &exportconfig.DatasetSource{Source: cl.Metrics, Config: cfg, Logger: h.log.With("component", "config")},
 		Environments:      h.environments(cl),
 		Fetcher:           cl.Metrics,
 		Resume:            resume,
