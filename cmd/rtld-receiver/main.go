@@ -2,6 +2,17 @@
 // profile in each configured environment, accepts the platform's log
 // batches, makes each one durable in an on-disk spool before acknowledging
 // it, and delivers every record to Kafka and ClickHouse.
+//
+// # Commands
+//
+// run (the default) is the receiver. A record a sink rejects for good (too
+// large for the topic, refused by the table) is set aside in the dead-letter
+// store under <spool.dir>/dead-letter/<sink>/ and the sink moves on.
+//
+// dead-letter list shows the dead letters; dead-letter replay [--sink S]
+// delivers them again through the same sink code (with the same flags as
+// the receiver, after the operator fixed the topic or table) and removes
+// what the sink acknowledged. Replay is safe while the receiver runs.
 package main
 
 import (
@@ -37,6 +48,13 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// Commands.
+const (
+	cmdRun              = "run"
+	cmdDeadLetterList   = "dead-letter list"
+	cmdDeadLetterReplay = "dead-letter replay"
+)
 
 // flags holds the parsed command line.
 type flags struct {
@@ -75,6 +93,14 @@ type flags struct {
 	logLevel            string
 	logFormat           string
 	web                 *web.FlagConfig
+
+	// The sinks' limits, the dead-letter store and its commands.
+	command              string // cmdRun, cmdDeadLetterList or cmdDeadLetterReplay
+	kafkaMaxMessageBytes units.Base2Bytes
+	deadLetterMaxBytes   units.Base2Bytes
+	deadLetterSink       string
+	deadLetterJSON       bool
+	replayTimeout        time.Duration
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -101,6 +127,7 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("kafka.tls.cert-file", "PEM client certificate for mutual TLS (with --kafka.tls.key-file; needs --kafka.tls).").PlaceHolder("FILE").StringVar(&f.kafkaTLSCertFile)
 	app.Flag("kafka.tls.key-file", "PEM key of --kafka.tls.cert-file.").PlaceHolder("FILE").StringVar(&f.kafkaTLSKeyFile)
 	app.Flag("kafka.tls.insecure-skip-verify", "FOR TESTING ONLY: accept any broker certificate (anyone on the path can read and alter the traffic).").BoolVar(&f.kafkaTLSInsecure)
+	app.Flag("kafka.max-message-bytes", "Largest record batch the Kafka brokers accept (their message.max.bytes or the topic's max.message.bytes); the writer's batches stay under it and a record too large for it alone is dead-lettered for Kafka (it still reaches ClickHouse). Must be at least --ingest.max-record-bytes.").Default("1MiB").BytesVar(&f.kafkaMaxMessageBytes)
 	app.Flag("kafka.sasl.mechanism", "Kafka SASL mechanism: none, plain, scram-sha-256, scram-sha-512. The username and password come only from EDGEPIPE_KAFKA_USERNAME and EDGEPIPE_KAFKA_PASSWORD (or their _FILE variants).").Default(kafkasink.SASLNone).EnumVar(&f.kafkaSASLMechanism, kafkasink.SASLMechanisms...)
 	app.Flag("clickhouse.dsn", "ClickHouse DSN (native protocol), e.g. clickhouse://127.0.0.1:9000/cdn; enables the ClickHouse sink (table access_logs). The password may come from EDGEPIPE_CLICKHOUSE_PASSWORD.").Envar("EDGEPIPE_CLICKHOUSE_DSN").StringVar(&f.clickhouseDSN)
 	app.Flag("spool.dir", "Directory of the on-disk spool where accepted batches wait until every sink has them.").Default("./data/spool").StringVar(&f.spoolDir)
@@ -108,9 +135,10 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("spool.segment-bytes", "Size of one spool segment file.").Default("64MiB").BytesVar(&f.spoolSegmentBytes)
 	app.Flag("ingest.max-body-bytes", "Largest request body as sent (gzip); 413 beyond.").Default("16MiB").BytesVar(&f.maxBodyBytes)
 	app.Flag("ingest.max-decoded-bytes", "Largest request body after decompression; 413 beyond (bounds memory per request at about 3x).").Default("32MiB").BytesVar(&f.maxDecodedBytes)
-	app.Flag("ingest.max-record-bytes", "Largest single record (JSON); a batch holding a bigger one gets 413, since Kafka could never take it (keep under the broker's message.max.bytes).").Default("512KiB").BytesVar(&f.maxRecordBytes)
+	app.Flag("ingest.max-record-bytes", "Largest single record (JSON); a batch holding a bigger one gets 413. At most --kafka.max-message-bytes when Kafka is enabled.").Default("512KiB").BytesVar(&f.maxRecordBytes)
 	app.Flag("ingest.max-in-flight", "Requests processed at once; beyond, 503 with Retry-After.").Default("16").IntVar(&f.maxInFlight)
 	app.Flag("ingest.retry-after", "Retry-After sent with 503 answers.").Default("5s").DurationVar(&f.retryAfter)
+	app.Flag("dead-letter.max-bytes", "Size bound of the dead-letter store (<spool.dir>/dead-letter), all sinks together; rejected records that do not fit are dropped for that sink (the other sink still has them), counted in edgepipe_rtld_dead_letter_dropped_records_total and logged.").Default("1GiB").BytesVar(&f.deadLetterMaxBytes)
 	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default("10m").DurationVar(&f.gapGrace)
 	app.Flag("simulate", "Run against the built-in platform simulator: it serves the API in-process and delivers log batches to this receiver over TLS on loopback.").BoolVar(&f.simulate)
 	app.Flag("simulate.records-per-second", "With --simulate: records generated per second for each environment's profile.").Default("20").Float64Var(&f.simRecordsPerSecond)
@@ -118,9 +146,19 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("log.level", "Log level: debug, info, warn, error.").Default("info").EnumVar(&f.logLevel, "debug", "info", "warn", "error")
 	app.Flag("log.format", "Log format: logfmt or json.").Default("logfmt").EnumVar(&f.logFormat, "logfmt", "json")
 	f.web = kingpinflag.AddFlags(app, ":9781")
-	if _, err := app.Parse(args); err != nil {
+	app.Command(cmdRun, "Receive batches and deliver them (the default command).").Default()
+	dl := app.Command("dead-letter", "Show and re-deliver the records a sink rejected for good (kept under <spool.dir>/dead-letter/<sink>/). Give the same --spool.dir and sink flags as the receiver runs with.")
+	list := dl.Command("list", "List the dead letters: one line per record with its sink, time, reason, batch identity, size and error.")
+	list.Flag("sink", "Only this sink's dead letters (kafka or clickhouse).").EnumVar(&f.deadLetterSink, receiver.SinkKafka, receiver.SinkClickHouse)
+	list.Flag("json", "Print each dead letter as one JSON object per line, record included.").BoolVar(&f.deadLetterJSON)
+	replay := dl.Command("replay", "Deliver the dead letters again through the sink (after the topic or table was fixed); what the sink acknowledges is removed, what it rejects again stays. Safe while the receiver runs; one replay per sink at a time.")
+	replay.Flag("sink", "Only this sink's dead letters (kafka or clickhouse); default every sink that has some.").EnumVar(&f.deadLetterSink, receiver.SinkKafka, receiver.SinkClickHouse)
+	replay.Flag("timeout", "Give up (keeping what was not delivered) when the sink stays unreachable this long.").Default("5m").DurationVar(&f.replayTimeout)
+	cmd, err := app.Parse(args)
+	if err != nil {
 		return nil, err
 	}
+	f.command = cmd
 	var envs []string
 	for _, e := range f.environmentIDs {
 		for _, p := range strings.Split(e, ",") {
@@ -179,6 +217,12 @@ func run(args []string) error {
 			return err
 		}
 	}
+	switch f.command {
+	case cmdDeadLetterList:
+		return listDeadLetters(f, os.Stdout)
+	case cmdDeadLetterReplay:
+		return replayDeadLetters(ctx, f, sinkSecrets{chPassword, kafkaUsername, kafkaPassword}, log, os.Stdout)
+	}
 	cfg := receiver.Config{
 		SpoolDir:          f.spoolDir,
 		SpoolMaxBytes:     int64(f.spoolMaxBytes),
@@ -192,9 +236,10 @@ func run(args []string) error {
 			MaxRecordBytes:  int(f.maxRecordBytes),
 			RetryAfter:      f.retryAfter,
 		},
-		EnvironmentIDs: f.environmentIDs,
-		GapGrace:       f.gapGrace,
-		Logger:         log,
+		DeadLetterMaxBytes: int64(f.deadLetterMaxBytes),
+		EnvironmentIDs:     f.environmentIDs,
+		GapGrace:           f.gapGrace,
+		Logger:             log,
 	}
 
 	var sim *simulation
@@ -218,13 +263,10 @@ func run(args []string) error {
 	if cfg.Kafka, err = kafkaConfig(f, kafkaUsername, kafkaPassword, log); err != nil {
 		return err
 	}
-	if f.clickhouseDSN != "" {
-		var opts []clickhouse.Option
-		if chPassword != "" {
-			opts = append(opts, clickhouse.WithPassword(chPassword))
-		}
-		cfg.ClickHouse = &logtable.Config{DSN: f.clickhouseDSN, Options: opts}
+	if err := checkRecordLimit(f); err != nil {
+		return err
 	}
+	cfg.ClickHouse = clickhouseConfig(f, chPassword)
 	if f.register {
 		if len(cfg.EnvironmentIDs) == 0 {
 			return errors.New("--environment-id is required to register profiles (or --no-register)")
@@ -249,6 +291,13 @@ func run(args []string) error {
 
 	rcv, err := receiver.New(cfg)
 	if err != nil {
+		return err
+	}
+	checkCtx, cancelCheck := context.WithTimeout(ctx, 30*time.Second)
+	err = rcv.Check(checkCtx)
+	cancelCheck()
+	if err != nil {
+		_ = rcv.Close()
 		return err
 	}
 	srv := &http.Server{
@@ -299,6 +348,31 @@ func run(args []string) error {
 	return result
 }
 
+// checkRecordLimit refuses a record limit Kafka could never take: a record
+// between the two limits would be accepted and then dead-lettered for Kafka
+// every time. A smaller limit on the brokers themselves is found at run
+// time (its records are dead-lettered); only the flags are compared here.
+func checkRecordLimit(f *flags) error {
+	if f.kafkaBrokers == "" || f.maxRecordBytes <= f.kafkaMaxMessageBytes {
+		return nil
+	}
+	return fmt.Errorf("--ingest.max-record-bytes (%s) exceeds --kafka.max-message-bytes (%s): records between the two could never reach Kafka; "+
+		"raise --kafka.max-message-bytes (with the brokers' message.max.bytes) or lower --ingest.max-record-bytes", f.maxRecordBytes, f.kafkaMaxMessageBytes)
+}
+
+// clickhouseConfig returns the ClickHouse sink's configuration, or nil when
+// no DSN is set.
+func clickhouseConfig(f *flags, password string) *logtable.Config {
+	if f.clickhouseDSN == "" {
+		return nil
+	}
+	var opts []clickhouse.Option
+	if password != "" {
+		opts = append(opts, clickhouse.WithPassword(password))
+	}
+	return &logtable.Config{DSN: f.clickhouseDSN, Options: opts}
+}
+
 // kafkaConfig returns the Kafka sink's configuration, or nil when no
 // brokers are set. The SASL credentials come from the environment (see
 // run); they are checked here and never logged.
@@ -309,7 +383,7 @@ func kafkaConfig(f *flags, username, password string, log *slog.Logger) (*kafkas
 	c := &kafkasink.Config{
 		Brokers: splitList(f.kafkaBrokers), Topic: f.kafkaTopic, Compression: f.kafkaCompression,
 		CreateTopic: f.kafkaCreateTopic, Partitions: f.kafkaPartitions, ReplicationFactor: f.kafkaReplication,
-		Logger: log,
+		MaxMessageBytes: int64(f.kafkaMaxMessageBytes), Logger: log,
 	}
 	files := kafkasink.TLSFiles{CAFile: f.kafkaTLSCAFile, CertFile: f.kafkaTLSCertFile, KeyFile: f.kafkaTLSKeyFile, InsecureSkipVerify: f.kafkaTLSInsecure}
 	if f.kafkaTLS {

@@ -139,3 +139,57 @@ func TestKafkaSecurityFlags(t *testing.T) {
 		t.Errorf("the log holds the Kafka password:\n%s", logged.String())
 	}
 }
+
+func TestRecordLimitMustFitKafka(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--kafka.brokers=k:9092"}, true}, // 512KiB ≤ 1MiB
+		{[]string{"--kafka.brokers=k:9092", "--ingest.max-record-bytes=4MiB"}, false},
+		{[]string{"--kafka.brokers=k:9092", "--ingest.max-record-bytes=4MiB", "--kafka.max-message-bytes=10MiB"}, true},
+		{[]string{"--kafka.brokers=k:9092", "--ingest.max-record-bytes=1MiB", "--kafka.max-message-bytes=1MiB"}, true},
+		{[]string{"--ingest.max-record-bytes=4MiB"}, true}, // no Kafka
+	} {
+		f, err := parseFlags(tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = checkRecordLimit(f)
+		if (err == nil) != tc.ok {
+			t.Errorf("%v: %v", tc.args, err)
+		}
+		if err != nil && (!strings.Contains(err.Error(), "--ingest.max-record-bytes") || !strings.Contains(err.Error(), "--kafka.max-message-bytes")) {
+			t.Errorf("error does not name both flags: %v", err)
+		}
+	}
+}
+
+func TestCommands(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		command string
+		sink    string
+	}{
+		{nil, cmdRun, ""},
+		{[]string{"--spool.dir=/x"}, cmdRun, ""},
+		{[]string{"run", "--spool.dir=/x"}, cmdRun, ""},
+		{[]string{"dead-letter", "list", "--spool.dir=/x"}, cmdDeadLetterList, ""},
+		{[]string{"dead-letter", "replay", "--sink", "kafka", "--kafka.brokers=k:9092"}, cmdDeadLetterReplay, "kafka"},
+	} {
+		f, err := parseFlags(tc.args)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if f.command != tc.command || f.deadLetterSink != tc.sink {
+			t.Errorf("%v: command %q sink %q", tc.args, f.command, f.deadLetterSink)
+		}
+	}
+	if _, err := parseFlags([]string{"dead-letter", "replay", "--sink", "s3"}); err == nil {
+		t.Error("--sink s3 accepted")
+	}
+	f, _ := parseFlags(nil)
+	if f.kafkaMaxMessageBytes != 1<<20 || f.deadLetterMaxBytes != 1<<30 {
+		t.Errorf("defaults: --kafka.max-message-bytes %d, --dead-letter.max-bytes %d", f.kafkaMaxMessageBytes, f.deadLetterMaxBytes)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Format is the log_format of an RTLD http_post profile as seen on the wire.
@@ -56,6 +57,41 @@ type Batch struct {
 	SeqNum int64
 	// Records holds each record object's JSON, in delivery order.
 	Records []json.RawMessage
+	// RecordIndexes, when not nil, holds the position each of Records had in
+	// the batch as delivered: a batch narrowed by Select (or rebuilt from a
+	// dead letter) keeps its records' identities. Nil means Records is the
+	// whole batch in order. Read it through RecordIndex.
+	RecordIndexes []int
+	// BatchHash, when not empty, is the ContentHash of the whole batch as
+	// delivered (Select sets it, since a part hashes differently).
+	BatchHash string
+}
+
+// RecordIndex returns the position Records[i] had in the batch as
+// delivered: i, unless the batch was narrowed by Select.
+func (b *Batch) RecordIndex(i int) int {
+	if b.RecordIndexes != nil {
+		return b.RecordIndexes[i]
+	}
+	return i
+}
+
+// Select returns a batch with the same metadata holding only Records[i] for
+// each i of idx, in that order. Its records keep their identity: RecordIndex
+// answers as for b, and so does ContentHash when b has no identity (the
+// only batches whose records it names). Records alias b's.
+func (b *Batch) Select(idx ...int) *Batch {
+	out := *b
+	out.Records = make([]json.RawMessage, len(idx))
+	out.RecordIndexes = make([]int, len(idx))
+	for k, i := range idx {
+		out.Records[k] = b.Records[i]
+		out.RecordIndexes[k] = b.RecordIndex(i)
+	}
+	if !b.HasIdentity() {
+		out.BatchHash = b.ContentHash()
+	}
+	return &out
 }
 
 // HasIdentity reports whether (agent, datestamp, seq_num) name this batch.
@@ -103,6 +139,30 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 
 // ErrEmptyBatch is wrapped by a DecodeError for a body without any record.
 var ErrEmptyBatch = errors.New("batch holds no records")
+
+// ErrInvalidUTF8 is wrapped by a DecodeError for a body holding bytes that
+// are not UTF-8 (JSON text must be UTF-8; records go to sinks byte for byte).
+var ErrInvalidUTF8 = errors.New("invalid UTF-8")
+
+// invalidUTF8 returns the offset of the first byte of b that does not start
+// a valid UTF-8 sequence, or -1 when b is valid UTF-8.
+func invalidUTF8(b []byte) int {
+	if utf8.Valid(b) {
+		return -1
+	}
+	for i := 0; i < len(b); {
+		if b[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
 
 // lineCounter counts newlines of everything read through it, so errors can
 // name a line without keeping the body.
@@ -162,9 +222,10 @@ func Decode(env string, r io.Reader) (*Batch, error) {
 }
 
 // DecodeBytes is Decode for a body in memory; the records alias
-// body. Valid input takes a fast path (one validating scan, then an
-// allocation-free split); invalid input is decoded again by a streaming
-// decoder that names the line and offset of the problem.
+// body. Valid input takes a fast path (validating scans for UTF-8 and JSON,
+// then an allocation-free split); invalid input is decoded again by a
+// streaming decoder that names the line and offset of the problem. Both
+// refuse bytes that are not UTF-8 (ErrInvalidUTF8).
 func DecodeBytes(env string, body []byte) (*Batch, error) {
 	if b, ok := decodeFast(env, body); ok {
 		return b, nil
@@ -176,7 +237,7 @@ func DecodeBytes(env string, body []byte) (*Batch, error) {
 // does not accept, which the streaming decoder then explains.
 func decodeFast(env string, body []byte) (*Batch, bool) {
 	i := skipSpace(body, 0)
-	if i == len(body) {
+	if i == len(body) || !utf8.Valid(body) {
 		return nil, false
 	}
 	b := &Batch{EnvironmentID: env, SeqNum: NoSeqNum}
@@ -323,11 +384,25 @@ func (d *decoder) failf(format string, a ...any) error {
 	return &DecodeError{Format: d.b.Format, Offset: off, Line: d.lc.lineAt(off), Msg: fmt.Sprintf(format, a...)}
 }
 
+// checkUTF8 fails when raw, the value the decoder just read, holds bytes
+// that are not UTF-8 (encoding/json lets them through in strings and keys).
+func (d *decoder) checkUTF8(raw []byte) error {
+	i := invalidUTF8(raw)
+	if i < 0 {
+		return nil
+	}
+	off := d.offset() - int64(len(raw)) + int64(i)
+	return &DecodeError{Format: d.b.Format, Offset: off, Line: d.lc.lineAt(off), Msg: "JSON text must be UTF-8", Err: ErrInvalidUTF8}
+}
+
 // record decodes one array element or stream value and checks it is an object.
 func (d *decoder) record() error {
 	var raw json.RawMessage
 	if err := d.dec.Decode(&raw); err != nil {
 		return d.fail(err, "decoding record")
+	}
+	if err := d.checkUTF8(raw); err != nil {
+		return err
 	}
 	if len(raw) == 0 || raw[0] != '{' {
 		return d.failf("record %d is not a JSON object", len(d.b.Records))
@@ -390,8 +465,14 @@ func (d *decoder) object() error {
 		d.b.Format = FormatJSON
 		return &DecodeError{Format: FormatJSON, Offset: d.base, Line: d.lc.lineAt(d.base), Msg: err.Error()}
 	}
+	d.b.Format = FormatJSON
 	if !isEnvelope {
 		d.b.Format = FormatJSONLines
+	}
+	if err := d.checkUTF8(first); err != nil {
+		return err
+	}
+	if !isEnvelope {
 		d.b.Records = append(d.b.Records, first)
 		for d.dec.More() {
 			if err := d.record(); err != nil {
@@ -534,8 +615,11 @@ func truncate(b []byte, n int) string {
 // ContentHash is a stable identity for a batch without one (json_array,
 // json_lines): the SHA-256 of its records, hex, 32 characters. The platform
 // resends a failed batch with the same bytes, so a redelivery has the same
-// hash.
+// hash. A batch narrowed by Select returns the hash of the whole batch.
 func (b *Batch) ContentHash() string {
+	if b.BatchHash != "" {
+		return b.BatchHash
+	}
 	h := sha256.New()
 	for _, r := range b.Records {
 		h.Write(r)

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeBatch checks that no input makes the decoder panic, that every
 // failure is a *DecodeError, and that every accepted batch holds only JSON
-// objects and survives the spool codec.
+// objects that are valid JSON and valid UTF-8 (sinks pass them on byte for
+// byte) and survives the spool codec.
 func FuzzDecodeBatch(f *testing.F) {
 	for _, seed := range []string{
 		`{"account_number":"A","agent_id":"a1","datestamp":"20261123","platform":"p","profile_id":1,"seq_num":0,"logs":[{"uuid":"u","timestamp":1523916295.768957,"status_code":200}]}`,
@@ -19,6 +21,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		`{"logs":[]}`, `{"logs":{}}`, `[]`, `[1]`, `{"seq_num":-1,"logs":[{}]}`,
 		`{"datestamp":"x","logs":[{}]}`, "", " ", "\x00", `[{"a":"\ud800"}]`, `{"a":1}{"b":2}`,
 		`[{"a":1}`, `{"logs":[{"a":1}]} trailing`,
+		"[{\"path\":\"/\xff\xfe\"}]", "{\"a\":\"caf\xc3\"}", "{\"k\xfe\":1}\n{\"b\":2}", `[{"a":"é"}]`,
 	} {
 		f.Add(seed)
 	}
@@ -52,6 +55,9 @@ func FuzzDecodeBatch(f *testing.F) {
 		for i, r := range b.Records {
 			if len(r) == 0 || r[0] != '{' {
 				t.Fatalf("record %d is not an object: %q", i, r)
+			}
+			if !json.Valid(r) || !utf8.Valid(r) {
+				t.Fatalf("record %d is not valid JSON in UTF-8: %q", i, r)
 			}
 			// The allocation-free member scanner agrees with encoding/json.
 			var want map[string]json.RawMessage

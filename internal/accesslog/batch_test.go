@@ -114,6 +114,81 @@ func TestDecodeBatchErrors(t *testing.T) {
 	}
 }
 
+// TestDecodeRejectsInvalidUTF8 checks both decode paths (DecodeBytes tries
+// the fast path first; decodeStream is the streaming decoder alone) on the
+// three shapes of bad UTF-8, in every format: the error names the offset of
+// the first bad byte, and valid multi-byte text still passes.
+func TestDecodeRejectsInvalidUTF8(t *testing.T) {
+	shapes := []struct {
+		name, record string
+		bad          int // offset of the bad byte within record
+	}{
+		{"bad byte", "{\"path\":\"/\xff\xfe\"}", 10},
+		{"cut sequence", "{\"path\":\"/caf\xc3\"}", 13},
+		{"bad byte in a key", "{\"pa\xfeth\":\"/\"}", 4},
+		{"surrogate encoded as UTF-8", "{\"p\":\"\xed\xa0\x80\"}", 6},
+	}
+	formats := []struct {
+		format Format
+		wrap   func(rec string) (body string, prefix int)
+	}{
+		{FormatJSONArray, func(r string) (string, int) { return `[{"ok":"é"},` + r + `]`, len(`[{"ok":"é"},`) }},
+		{FormatJSONLines, func(r string) (string, int) { return "{\"ok\":\"é\"}\n" + r + "\n", len("{\"ok\":\"é\"}\n") }},
+		{FormatJSONLines, func(r string) (string, int) { return r, 0 }},
+		{FormatJSON, func(r string) (string, int) {
+			p := `{"agent_id":"a","seq_num":1,"datestamp":"20261123","logs":[{"ok":"é"},`
+			return p + r + `]}`, len(p)
+		}},
+	}
+	for _, sh := range shapes {
+		for _, f := range formats {
+			body, prefix := f.wrap(sh.record)
+			for path, decode := range map[string]func() (*Batch, error){
+				"DecodeBytes":  func() (*Batch, error) { return DecodeBytes("env", []byte(body)) },
+				"decodeStream": func() (*Batch, error) { return decodeStream("env", strings.NewReader(body)) },
+			} {
+				t.Run(sh.name+"/"+string(f.format)+"/"+path, func(t *testing.T) {
+					_, err := decode()
+					var de *DecodeError
+					if !errors.As(err, &de) || !errors.Is(err, ErrInvalidUTF8) {
+						t.Fatalf("error %v, want a *DecodeError wrapping ErrInvalidUTF8", err)
+					}
+					if want := int64(prefix + sh.bad); de.Offset != want {
+						t.Errorf("offset %d, want %d (%q)", de.Offset, want, body[:want])
+					}
+					if de.Format != f.format {
+						t.Errorf("format %s, want %s", de.Format, f.format)
+					}
+				})
+			}
+		}
+	}
+	// Escapes are ASCII and stay allowed, even for lone surrogates.
+	if _, err := DecodeBytes("env", []byte(`[{"p":"\ud800 \u00e9 é"}]`)); err != nil {
+		t.Fatalf("valid UTF-8 with escapes: %v", err)
+	}
+}
+
+func TestSelectKeepsRecordIdentity(t *testing.T) {
+	b := &Batch{EnvironmentID: "e", Format: FormatJSONArray, SeqNum: NoSeqNum,
+		Records: []json.RawMessage{[]byte(`{"a":0}`), []byte(`{"a":1}`), []byte(`{"a":2}`), []byte(`{"a":3}`)}}
+	hash := b.ContentHash()
+	part := b.Select(3, 1)
+	if len(part.Records) != 2 || string(part.Records[0]) != `{"a":3}` || part.RecordIndex(0) != 3 || part.RecordIndex(1) != 1 {
+		t.Fatalf("Select(3, 1) = %q with indexes %v", part.Records, part.RecordIndexes)
+	}
+	one := part.Select(1)
+	if string(one.Records[0]) != `{"a":1}` || one.RecordIndex(0) != 1 {
+		t.Fatalf("Select of a Select: %q index %d", one.Records[0], one.RecordIndex(0))
+	}
+	if part.ContentHash() != hash || one.ContentHash() != hash {
+		t.Fatalf("narrowed batches hash %s, %s; want the whole batch's %s", part.ContentHash(), one.ContentHash(), hash)
+	}
+	if b.RecordIndex(2) != 2 || b.RecordIndexes != nil || b.BatchHash != "" {
+		t.Fatal("Select changed the original batch")
+	}
+}
+
 func TestDecodeBatchPassesReaderErrors(t *testing.T) {
 	boom := errors.New("limit reached")
 	r := io.MultiReader(strings.NewReader(`[{"a":1},{"b"`), iotest.ErrReader(boom))

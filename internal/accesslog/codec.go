@@ -16,7 +16,9 @@ var errCodec = errors.New("corrupt spooled batch")
 
 // Marshal encodes b compactly for the spool: a version byte, the batch
 // metadata as length-prefixed strings and varints, then every record's JSON
-// length-prefixed. The spool adds its own length and CRC around it.
+// length-prefixed. The spool adds its own length and CRC around it. It
+// encodes a batch as ingest decoded it: RecordIndexes and BatchHash (set
+// only on a batch narrowed by Select) are not kept.
 func Marshal(b *Batch) []byte {
 	size := 1 + 10 + 10 + 10 + len(b.Records)*5 + b.RecordBytes()
 	for _, s := range b.strings() {

@@ -435,6 +435,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"unknown granularity", []string{"exporter.granularity=MINUTE"}, "granularity"},
 		{"zero replicas", []string{"exporter.replicas=0"}, "replicas"},
 		{"spool size without binary unit", []string{"receiver.spool.size=10G"}, "receiver.spool.size"},
+		{"dead-letter bound not a size", []string{"receiver.deadLetter.maxBytes=lots"}, "maxBytes"},
+		{"Kafka message limit not a size", []string{"receiver.kafka.maxMessageBytes=1M"}, "maxMessageBytes"},
 		{"unknown value", []string{"exporter.pollIntervall=1m"}, "pollIntervall"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -549,6 +551,12 @@ func assertReceiverSpool(t *testing.T, m manifests, replicas int) {
 		case bound <= 0 || bound >= size:
 			t.Errorf("--spool.max-bytes=%s is not below the spool volume's %s: the disk would fill before ingest answers 503",
 				maxArg, vct.Spec.Resources.Requests["storage"])
+		}
+		// The dead-letter store lives on the same volume.
+		dlArg, _ := c.argValue("--dead-letter.max-bytes")
+		if dl, err := quantityBytes(dlArg); err != nil || dl <= 0 || bound+dl >= size {
+			t.Errorf("--spool.max-bytes=%s plus --dead-letter.max-bytes=%s (%v) do not fit the spool volume's %s",
+				maxArg, dlArg, err, vct.Spec.Resources.Requests["storage"])
 		}
 		if len(vct.Spec.AccessModes) == 0 {
 			t.Errorf("spool claim %s has no access modes", claim)

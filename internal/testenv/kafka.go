@@ -55,9 +55,10 @@ type KafkaBroker struct {
 type KafkaOption func(*kafkaOpts)
 
 type kafkaOpts struct {
-	users     []KafkaUser
-	serverTLS *tls.Config
-	clientTLS *tls.Config
+	users         []KafkaUser
+	serverTLS     *tls.Config
+	clientTLS     *tls.Config
+	brokerConfigs map[string]string
 }
 
 // KafkaUser is a SASL superuser of the broker. Mechanism is "PLAIN",
@@ -78,6 +79,21 @@ func KafkaSASL(users ...KafkaUser) KafkaOption {
 // must trust that certificate).
 func KafkaTLS(server, client *tls.Config) KafkaOption {
 	return func(o *kafkaOpts) { o.serverTLS, o.clientTLS = server, client }
+}
+
+// KafkaBrokerConfigs starts the broker with these broker configs, as a
+// broker's server.properties would set them (kfake.BrokerConfigs), for
+// example {"message.max.bytes": "100000"}: the broker then refuses larger
+// record batches with MESSAGE_TOO_LARGE.
+func KafkaBrokerConfigs(configs map[string]string) KafkaOption {
+	return func(o *kafkaOpts) {
+		if o.brokerConfigs == nil {
+			o.brokerConfigs = map[string]string{}
+		}
+		for k, v := range configs {
+			o.brokerConfigs[k] = v
+		}
+	}
 }
 
 // Kafka starts a kfake broker for the test and closes it on cleanup.
@@ -128,6 +144,9 @@ func (k *KafkaBroker) start() error {
 	}
 	if k.opts.serverTLS != nil {
 		opts = append(opts, kfake.TLS(k.opts.serverTLS))
+	}
+	if len(k.opts.brokerConfigs) > 0 {
+		opts = append(opts, kfake.BrokerConfigs(k.opts.brokerConfigs))
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
@@ -266,6 +285,35 @@ func (k *KafkaBroker) CreateTopic(t testing.TB, topic string, partitions int) {
 			t.Fatalf("testenv: create topic %s: %v", topic, err)
 		}
 	}
+}
+
+// SetBrokerConfig changes a broker config while the broker runs, the way
+// an operator does with `kafka-configs.sh --alter --entity-type brokers
+// --entity-default` (an IncrementalAlterConfigs request). The value also
+// holds after Pause and Resume.
+func (k *KafkaBroker) SetBrokerConfig(t testing.TB, key, value string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
+	rr.ResourceType = kmsg.ConfigResourceTypeBroker
+	rc := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	rc.Name, rc.Value, rc.Op = key, kmsg.StringPtr(value), kmsg.IncrementalAlterConfigOpSet
+	rr.Configs = append(rr.Configs, rc)
+	req.Resources = append(req.Resources, rr)
+	resp, err := req.RequestWith(ctx, k.Client(t))
+	if err != nil {
+		t.Fatalf("testenv: set broker config %s=%s: %v", key, value, err)
+	}
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			t.Fatalf("testenv: set broker config %s=%s: %v", key, value, err)
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	KafkaBrokerConfigs(map[string]string{key: value})(&k.opts)
 }
 
 // NewTopic creates a topic with a unique name derived from the test's name

@@ -2,12 +2,14 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	kafkago "github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -164,5 +166,35 @@ func TestKafkaPauseKeepsAcknowledgedRecords(t *testing.T) {
 		if seq, _ := m.Header("seq"); m.Payload == nil || seq != *m.Payload {
 			t.Fatalf("kcat: payload %v with header seq=%q", m.Payload, seq)
 		}
+	}
+}
+
+func TestKafkaBrokerConfigsLimitMessageSize(t *testing.T) {
+	t.Parallel()
+	k := Kafka(t, KafkaBrokerConfigs(map[string]string{"message.max.bytes": "100000"}))
+	topic := k.NewTopic(t, 1)
+	big := make([]byte, 200_000)
+	for i := range big {
+		big[i] = byte('a' + i*7919%26) // no compression here anyway
+	}
+	cl := k.Client(t, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: big}).FirstErr(); !errors.Is(err, kerr.MessageTooLarge) {
+		t.Fatalf("200 KB record with message.max.bytes=100000: %v, want MESSAGE_TOO_LARGE", err)
+	}
+	k.SetBrokerConfig(t, "message.max.bytes", "1048588")
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: big}).FirstErr(); err != nil {
+		t.Fatalf("after raising message.max.bytes: %v", err)
+	}
+	// The raised limit holds across a restart of the broker.
+	k.Pause()
+	k.Resume()
+	cl2 := k.Client(t, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	if err := cl2.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: big}).FirstErr(); err != nil {
+		t.Fatalf("after a restart: %v", err)
+	}
+	if n := len(k.Records(t, topic)); n != 2 {
+		t.Fatalf("%d records, want 2", n)
 	}
 }

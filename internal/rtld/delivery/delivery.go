@@ -3,6 +3,14 @@
 // sink reads the spool from the sink's own cursor and commits the cursor only
 // after the sink acknowledged. Sinks implement the small contract defined
 // here (Sink, and optionally Preparer); they never import the HTTP ingest.
+//
+// The contract has three outcomes (Vector's delivered / errored / rejected):
+// Deliver returns nil when every record was acknowledged; a *RejectedError
+// when the sink refuses some records for good (every other record was
+// acknowledged); any other error when the delivery failed for now. The
+// worker retries failures with backoff, finds the refused records by
+// splitting (rejection.go), sets them aside in a DeadLetters store and moves
+// on, so that no record can stop the pipeline.
 package delivery
 
 import (
@@ -13,16 +21,17 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
-
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 )
 
 // Sink is a destination of spooled batches (Kafka, ClickHouse). Deliver
 // returns nil only once the sink has acknowledged every record of every
-// batch; on error the worker delivers the same batches again, so a sink must
-// tolerate redelivery (ClickHouse collapses it, Kafka is at-least-once).
+// batch, a *RejectedError (or several joined with errors.Join) when it
+// refuses records for good and acknowledged all the others, and any other
+// error when the delivery failed and is worth retrying. The worker delivers
+// the same batches again after an error, so a sink must tolerate redelivery
+// (ClickHouse collapses it, Kafka is at-least-once).
 type Sink interface {
 	Deliver(ctx context.Context, batches []*accesslog.Batch) error
 }
@@ -31,6 +40,8 @@ type Sink interface {
 // its spool position only after the sink acknowledged them. While the sink
 // fails it retries the same batches with exponential backoff, forever: the
 // spool's size bound, not the worker, decides when ingest pushes back.
+// Records the sink rejects for good go to DeadLetters, and the worker moves
+// on.
 type Worker struct {
 	// Name is the sink's name: its spool reader and its metrics label.
 	Name string
@@ -38,6 +49,9 @@ type Worker struct {
 	Sink Sink
 	// Reader is the sink's spool cursor.
 	Reader SpoolReader
+	// DeadLetters receives the records the sink rejects for good. Nil
+	// drops them after logging them (for tests).
+	DeadLetters DeadLetters
 	// Metrics receive delivery counts and errors.
 	Metrics *Metrics
 	// Log receives delivery failures.
@@ -60,7 +74,8 @@ type Preparer interface {
 }
 
 // Prepared is one prepared delivery; Deliver has Sink.Deliver's contract
-// and may be called again after an error.
+// (record positions in a *RejectedError refer to the batches given to
+// Prepare) and may be called again after an error.
 type Prepared interface {
 	Deliver(ctx context.Context) error
 }
@@ -71,12 +86,20 @@ type SpoolReader interface {
 	Commit(p spool.Position) error
 }
 
+// DeadLetters is where a worker sets aside the records its sink rejected
+// for good. Add returns nil once they are durable, or once a full store has
+// counted them as dropped; on error the worker retries Add with backoff
+// before it commits its spool position.
+type DeadLetters interface {
+	Add(sink string, rejected []Rejection) error
+}
+
 // group is one read from the spool, decoded and prepared.
 type group struct {
-	entries []spool.Entry
-	batches int
-	records int
-	send    func(ctx context.Context) error // nil: nothing to deliver
+	entries  []spool.Entry
+	batches  []*accesslog.Batch
+	records  int
+	prepared Prepared // nil when the sink is not a Preparer
 }
 
 // Run delivers until ctx ends; it returns nil then, or an error if the spool
@@ -118,15 +141,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 	for g := range groups {
-		if g.send != nil {
-			if err := w.deliver(ctx, log, g); err != nil {
-				return nil // ctx ended
-			}
+		if err := w.deliver(ctx, log, g); err != nil {
+			return nil // ctx ended
 		}
-		w.Metrics.batches.WithLabelValues(w.Name).Add(float64(g.batches))
-		w.Metrics.records.WithLabelValues(w.Name).Add(float64(g.records))
-		if err := w.Reader.Commit(g.entries[len(g.entries)-1].Next); err != nil {
-			return fmt.Errorf("%s worker committing its spool position: %w", w.Name, err)
+		if err := w.commit(g); err != nil {
+			return err
 		}
 	}
 	err := <-readErr
@@ -134,6 +153,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// commit moves the sink's spool position past the group.
+func (w *Worker) commit(g group) error {
+	if err := w.Reader.Commit(g.entries[len(g.entries)-1].Next); err != nil {
+		return fmt.Errorf("%s worker committing its spool position: %w", w.Name, err)
+	}
+	return nil
 }
 
 // read reads, decodes and prepares groups into out until ctx ends or the
@@ -151,8 +178,7 @@ func (w *Worker) read(ctx context.Context, log *slog.Logger, out chan<- group) e
 		if len(entries) == 0 {
 			continue
 		}
-		batches := make([]*accesslog.Batch, 0, len(entries))
-		g := group{entries: entries}
+		g := group{entries: entries, batches: make([]*accesslog.Batch, 0, len(entries))}
 		for _, e := range entries {
 			b, err := accesslog.Unmarshal(e.Data)
 			if err != nil {
@@ -161,16 +187,11 @@ func (w *Worker) read(ctx context.Context, log *slog.Logger, out chan<- group) e
 				log.Error("rtld: skipping an undecodable spool entry", "index", e.Index, "err", err)
 				continue
 			}
-			batches = append(batches, b)
+			g.batches = append(g.batches, b)
 			g.records += len(b.Records)
 		}
-		g.batches = len(batches)
-		switch {
-		case len(batches) == 0:
-		case prep != nil:
-			g.send = prep.Prepare(batches).Deliver
-		default:
-			g.send = func(ctx context.Context) error { return w.Sink.Deliver(ctx, batches) }
+		if len(g.batches) > 0 && prep != nil {
+			g.prepared = prep.Prepare(g.batches)
 		}
 		select {
 		case out <- g:
@@ -180,34 +201,36 @@ func (w *Worker) read(ctx context.Context, log *slog.Logger, out chan<- group) e
 	}
 }
 
-// deliver retries until the sink acknowledges or ctx ends.
+// deliver delivers a group until the sink acknowledged or rejected every
+// record, and sets the rejected ones aside; it fails only when ctx ends.
 func (w *Worker) deliver(ctx context.Context, log *slog.Logger, g group) error {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = w.MinBackoff
-	b.MaxInterval = w.MaxBackoff
-	b.RandomizationFactor = 0.3
-	for attempt := 1; ; attempt++ {
-		start := time.Now()
-		err := g.send(ctx)
-		if err == nil {
-			w.Metrics.seconds.WithLabelValues(w.Name).Observe(time.Since(start).Seconds())
-			if attempt > 1 {
-				log.Info("rtld: sink is delivering again", "attempts", attempt)
-			}
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		w.Metrics.errors.WithLabelValues(w.Name).Inc()
-		wait := b.NextBackOff()
-		log.Warn("rtld: delivery failed, retrying", "batches", g.batches, "attempt", attempt, "retry_in", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+	if len(g.batches) == 0 {
+		return nil
+	}
+	failed := 0
+	d := &Deliverer{
+		Sink: w.Sink, MinBackoff: w.MinBackoff, MaxBackoff: w.MaxBackoff,
+		OnError: func(err error, batches, attempt int, wait time.Duration) {
+			failed++
+			w.Metrics.errors.WithLabelValues(w.Name).Inc()
+			log.Warn("rtld: delivery failed, retrying", "batches", batches, "attempt", attempt, "retry_in", wait, "err", err)
+		},
+	}
+	start := time.Now()
+	rejected, err := d.Deliver(ctx, g.batches, g.prepared)
+	if err != nil {
+		return err
+	}
+	w.Metrics.seconds.WithLabelValues(w.Name).Observe(time.Since(start).Seconds())
+	if failed > 0 {
+		log.Info("rtld: sink is delivering again", "failed_attempts", failed)
+	}
+	if len(rejected) > 0 {
+		if err := w.setAside(ctx, log, rejected); err != nil {
+			return err
 		}
 	}
+	w.Metrics.batches.WithLabelValues(w.Name).Add(float64(len(g.batches)))
+	w.Metrics.records.WithLabelValues(w.Name).Add(float64(g.records - len(rejected)))
+	return nil
 }

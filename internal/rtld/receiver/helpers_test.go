@@ -271,3 +271,35 @@ func postBatch(t testing.TB, client *http.Client, u, user, pass string, body []b
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
 }
+
+// runCommand runs the receiver binary once (a subcommand such as
+// `dead-letter list`) and returns its output and exit error.
+func runCommand(t testing.TB, args, env []string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, buildReceiver(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// jsonBatch is a body in the platform's json format: an envelope with the
+// batch identity and the records.
+func jsonBatch(agent string, seq int, records []string) []byte {
+	return []byte(fmt.Sprintf(`{"account_number":"ACME","agent_id":%q,"datestamp":"20261123","platform":"delivery","profile_id":1,"seq_num":%d,"logs":[%s]}`,
+		agent, seq, strings.Join(records, ",")))
+}
+
+// waitReady waits until the receiver at base answers /healthz.
+func waitReady(t testing.TB, client *http.Client, base string) {
+	t.Helper()
+	waitFor(t, "the receiver to listen", 30*time.Second, func() bool {
+		resp, err := client.Get(base + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}

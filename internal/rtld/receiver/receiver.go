@@ -1,6 +1,6 @@
 // Package receiver assembles the RTLD receiver: the ingest source, the
 // on-disk spool, the gap tracker, the Kafka and ClickHouse delivery workers
-// and the profile registrar, behind one HTTP handler (ingest, /metrics,
+// with their dead-letter store, and the profile registrar, behind one HTTP handler (ingest, /metrics,
 // /healthz, /readyz). cmd/rtld-receiver parses flags into a Config; tests
 // run a Receiver in-process.
 package receiver
@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/deadletter"
 	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
@@ -40,6 +42,9 @@ type Config struct {
 	SpoolSegmentBytes int64
 	// SpoolNoSync disables fsync (benchmarks only).
 	SpoolNoSync bool
+	// DeadLetterMaxBytes bounds the dead-letter store under
+	// <SpoolDir>/dead-letter (default 1 GiB; see deadletter.Options).
+	DeadLetterMaxBytes int64
 	// Ingest configures the ingest source.
 	Ingest rtld.IngestConfig
 	// EnvironmentIDs, when not empty, are the only environments accepted.
@@ -73,6 +78,7 @@ type Receiver struct {
 	metrics   *rtld.Metrics
 	delivered *delivery.Metrics
 	spool     *spool.Spool
+	dead      *deadletter.Store
 	gaps      *rtld.GapTracker
 	ingest    *rtld.Ingest
 	registrar *rtld.Registrar
@@ -135,6 +141,13 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	r.spool = sp
 	r.reg.MustRegister(rtld.NewSpoolCollector(sp))
+	r.dead, err = deadletter.Open(deadletter.Options{Dir: filepath.Join(cfg.SpoolDir, deadletter.DirName), MaxBytes: cfg.DeadLetterMaxBytes, Logger: cfg.Logger})
+	if err != nil {
+		sp.Close()
+		r.closeSinks()
+		return nil, err
+	}
+	r.reg.MustRegister(r.dead)
 	r.gaps, err = rtld.NewGapTracker(cfg.SpoolDir, cfg.GapGrace, r.metrics, cfg.Logger)
 	if err != nil {
 		sp.Close()
@@ -183,6 +196,30 @@ func (r *Receiver) Registry() *prometheus.Registry { return r.reg }
 // Spool returns the spool (for tests and the benchmark).
 func (r *Receiver) Spool() *spool.Spool { return r.spool }
 
+// DeadLetters returns the dead-letter store.
+func (r *Receiver) DeadLetters() *deadletter.Store { return r.dead }
+
+// Check checks, before the receiver starts, what a sink can only find out
+// by connecting: that ClickHouse's access_logs can hold every field (it is
+// created or extended here). A column that cannot is an error (the receiver
+// must not start); a server that cannot be reached is only logged, since
+// delivery connects again later.
+func (r *Receiver) Check(ctx context.Context) error {
+	c, ok := r.sinks[SinkClickHouse].(*logtable.Sink)
+	if !ok {
+		return nil
+	}
+	err := c.Check(ctx)
+	var incompatible *logtable.IncompatibleColumnError
+	switch {
+	case errors.As(err, &incompatible):
+		return fmt.Errorf("ClickHouse sink: %w", err)
+	case err != nil:
+		r.log.Warn("ClickHouse is not reachable at start-up; delivery will connect when it is", "err", err)
+	}
+	return nil
+}
+
 // ready answers 200 while the spool takes batches, 503 when it is full.
 func (r *Receiver) ready(w http.ResponseWriter, _ *http.Request) {
 	if r.spool.Full() {
@@ -190,6 +227,12 @@ func (r *Receiver) ready(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))
+}
+
+// Close closes the sinks and the spool of a receiver whose Run was never
+// called (Run closes them itself).
+func (r *Receiver) Close() error {
+	return errors.Join(r.closeSinks(), r.spool.Close())
 }
 
 func (r *Receiver) closeSinks() error {
@@ -225,7 +268,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 			cancel()
 			return err
 		}
-		w := &delivery.Worker{Name: name, Sink: sink, Reader: reader, Metrics: r.delivered, Log: r.log}
+		w := &delivery.Worker{Name: name, Sink: sink, Reader: reader, DeadLetters: r.dead, Metrics: r.delivered, Log: r.log}
 		if name == SinkClickHouse {
 			// ClickHouse wants few large INSERTs (each one is a part to
 			// merge): up to 32 MiB of JSON (~16k records of 2 KB) at once.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/column"
 )
 
 func TestErrorClass(t *testing.T) {
@@ -19,7 +20,13 @@ func TestErrorClass(t *testing.T) {
 		{"memory limit", &ch.Exception{Code: 241}, 241, ClassServerBusy},
 		{"too many parts, wrapped", fmt.Errorf("insert: %w", &ch.Exception{Code: 252}), 252, ClassServerBusy},
 		{"type mismatch", &ch.Exception{Code: 53}, 53, ClassRejected},
-		{"unknown table", &ch.Exception{Code: 60}, 60, ClassRejected},
+		{"unknown table", &ch.Exception{Code: 60}, 60, ClassSchema},
+		{"unknown database", &ch.Exception{Code: 81}, 81, ClassSchema},
+		{"no such column", fmt.Errorf("prepare: %w", &ch.Exception{Code: 16}), 16, ClassSchema},
+		{"column type changed (client side)", fmt.Errorf("append: %w", &column.ColumnConverterError{Op: "Append", From: "[]string", To: "UInt16"}), 0, ClassSchema},
+		{"wrong password", &ch.Exception{Code: 516}, 516, ClassDenied},
+		{"throwIf in a DEFAULT", &ch.Exception{Code: 395}, 395, ClassRejected},
+		{"syntax error", &ch.Exception{Code: 62}, 62, ClassRejected},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ErrorCode(tc.err); got != tc.code {

@@ -43,10 +43,14 @@ type Config struct {
 	CreateTopic       bool
 	Partitions        int
 	ReplicationFactor int
-	// BatchBytes bounds one produce request per partition (default 1 MB,
-	// under the broker's default message.max.bytes of 1 MiB; raise both
-	// together).
-	BatchBytes int64
+	// MaxMessageBytes is the largest record batch the brokers accept (the
+	// broker's message.max.bytes or the topic's max.message.bytes; default
+	// 1 MiB, the broker default). The writer's batches stay under it, and a
+	// record whose message alone would exceed it is rejected for good
+	// (dead-lettered) before it is sent. A smaller limit on the broker is
+	// found by its MESSAGE_TOO_LARGE answers: the worker splits such
+	// deliveries and dead-letters only the records too large by themselves.
+	MaxMessageBytes int64
 	// WriteTimeout bounds one delivery (default 30s); a timed-out delivery
 	// is retried by the worker.
 	WriteTimeout time.Duration
@@ -100,8 +104,11 @@ func New(cfg Config) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.BatchBytes <= 0 {
-		cfg.BatchBytes = 1_000_000
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.MaxMessageBytes <= recordBatchOverhead+1024 {
+		return nil, fmt.Errorf("kafka sink: a max message size of %d bytes leaves no room for records", cfg.MaxMessageBytes)
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 30 * time.Second
@@ -129,7 +136,7 @@ func New(cfg Config) (*Sink, error) {
 		RequiredAcks:           kafkago.RequireAll,
 		Compression:            comp,
 		BatchSize:              10_000,
-		BatchBytes:             cfg.BatchBytes,
+		BatchBytes:             cfg.MaxMessageBytes - recordBatchOverhead,
 		BatchTimeout:           2 * time.Millisecond,
 		MaxAttempts:            3,
 		WriteBackoffMin:        100 * time.Millisecond,
@@ -179,41 +186,117 @@ func (s *Sink) ensureTopic(ctx context.Context) error {
 
 // Deliver writes one message per record of every batch and returns nil only
 // when the brokers acknowledged all of them (acks=all). On error some
-// messages may have been written: the worker retries the whole group, so
-// Kafka is at-least-once.
+// messages may have been written: a retry writes only the others, and a
+// restart writes them all again, so Kafka is at-least-once. Records Kafka
+// refuses for good are reported in a *delivery.RejectedError (see
+// delivery.Sink) once every other record is acknowledged.
 func (s *Sink) Deliver(ctx context.Context, batches []*accesslog.Batch) error {
 	return s.Prepare(batches).Deliver(ctx)
 }
 
 // Prepare builds the messages of the batches (delivery.Preparer: the worker
-// builds the next group while the brokers acknowledge the current one); the
-// returned delivery writes them, as often as it is called.
+// builds the next group while the brokers acknowledge the current one) and
+// sets aside those too large for MaxMessageBytes; the returned delivery
+// writes the others, as often as it is called.
 func (s *Sink) Prepare(batches []*accesslog.Batch) delivery.Prepared {
-	return &preparedWrite{s: s, msgs: Messages(batches)}
+	msgs, refs := messages(batches)
+	p := &preparedWrite{s: s, msgs: msgs, refs: refs, pending: make([]int, 0, len(msgs))}
+	for i := range msgs {
+		if size := messageBytes(&msgs[i]); size > s.cfg.MaxMessageBytes {
+			p.tooLarge = append(p.tooLarge, i)
+			continue
+		}
+		p.pending = append(p.pending, i)
+	}
+	return p
 }
 
 // preparedWrite is one delivery's messages.
 type preparedWrite struct {
-	s    *Sink
-	msgs []kafkago.Message
+	s        *Sink
+	msgs     []kafkago.Message
+	refs     []delivery.RecordRef // the record of each message
+	pending  []int                // messages not acknowledged yet
+	tooLarge []int                // messages over MaxMessageBytes, never sent
 }
 
-// Deliver writes the messages; see Sink.Deliver.
+// Deliver writes the pending messages; see Sink.Deliver.
 func (p *preparedWrite) Deliver(ctx context.Context) error {
-	s, msgs := p.s, p.msgs
+	s := p.s
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
-	if err := s.ensureTopic(ctx); err != nil {
-		return err
-	}
-	if err := s.w.WriteMessages(ctx, msgs...); err != nil {
-		var we kafkago.WriteErrors
-		if errors.As(err, &we) {
-			return fmt.Errorf("kafka: %d of %d messages not acknowledged: %w", we.Count(), len(msgs), s.explain(firstError(we)))
+	if len(p.pending) > 0 {
+		if err := s.ensureTopic(ctx); err != nil {
+			return err
 		}
-		return fmt.Errorf("kafka: writing %d messages: %w", len(msgs), s.explain(err))
 	}
-	return nil
+	var refused refusals
+	for _, i := range p.tooLarge {
+		refused.add(p.refs[i], rejectTooLarge, fmt.Errorf("message of about %d bytes exceeds --kafka.max-message-bytes (%d)", messageBytes(&p.msgs[i]), s.cfg.MaxMessageBytes))
+	}
+	for len(p.pending) > 0 {
+		batch := make([]kafkago.Message, len(p.pending))
+		for k, i := range p.pending {
+			batch[k] = p.msgs[i]
+		}
+		err := s.w.WriteMessages(ctx, batch...)
+		if err == nil {
+			p.pending = p.pending[:0]
+			break
+		}
+		var mtl kafkago.MessageTooLargeError
+		if errors.As(err, &mtl) {
+			// kafka-go's own check refused one message and wrote nothing
+			// (messageBytes should have caught it first): refuse that one,
+			// write the rest.
+			k := indexOfMessage(batch, mtl.Message)
+			if k < 0 {
+				return fmt.Errorf("kafka: writing %d messages: %w", len(batch), err)
+			}
+			refused.add(p.refs[p.pending[k]], rejectTooLarge, err)
+			p.tooLarge = append(p.tooLarge, p.pending[k]) // reported again if this call fails
+			p.pending = append(p.pending[:k], p.pending[k+1:]...)
+			continue
+		}
+		var we kafkago.WriteErrors
+		if !errors.As(err, &we) || len(we) != len(batch) {
+			// The whole write failed (metadata, connection).
+			c := classify(err)
+			if !c.permanent {
+				return fmt.Errorf("kafka: writing %d messages: %w", len(batch), s.explain(err))
+			}
+			for _, i := range p.pending {
+				refused.addClass(p.refs[i], c, err)
+			}
+			p.pending = p.pending[:0]
+			break
+		}
+		// Per message: acknowledged, refused for good, or worth retrying.
+		var failed []int // messages not acknowledged
+		var retryErr error
+		var now refusals
+		for k, e := range we {
+			if e == nil {
+				continue
+			}
+			failed = append(failed, p.pending[k])
+			if c := classify(e); c.permanent {
+				now.addClass(p.refs[p.pending[k]], c, e)
+			} else if retryErr == nil {
+				retryErr = e
+			}
+		}
+		p.pending = failed
+		if retryErr != nil {
+			// A rejection is reported only once everything else is
+			// acknowledged: retry every failed message (those refused
+			// for good are refused again).
+			return fmt.Errorf("kafka: %d of %d messages not acknowledged: %w", len(failed), len(batch), s.explain(retryErr))
+		}
+		refused.merge(now)
+		p.pending = p.pending[:0]
+	}
+	return refused.err()
 }
 
 // explain adds what to check to errors whose cause is the connection's
@@ -243,15 +326,15 @@ func firstError(we kafkago.WriteErrors) error {
 	return errors.New("unknown error")
 }
 
-// Messages turns batches into Kafka messages (exported for tests and the
-// benchmark).
-func Messages(batches []*accesslog.Batch) []kafkago.Message {
+// messages turns batches into Kafka messages, and names the record of each.
+func messages(batches []*accesslog.Batch) ([]kafkago.Message, []delivery.RecordRef) {
 	n := 0
 	for _, b := range batches {
 		n += len(b.Records)
 	}
 	msgs := make([]kafkago.Message, 0, n)
-	for _, b := range batches {
+	refs := make([]delivery.RecordRef, 0, n)
+	for bi, b := range batches {
 		var key []byte
 		if b.AgentID != "" {
 			key = []byte(b.EnvironmentID + "/" + b.AgentID)
@@ -279,17 +362,18 @@ func Messages(batches []*accesslog.Batch) []kafkago.Message {
 		// record_index digits, not two per record.
 		per := len(base) + 1
 		headers := make([]kafkago.Header, per*len(b.Records))
-		digits := make([]byte, 0, len(b.Records)*(len(strconv.Itoa(len(b.Records)))))
+		digits := make([]byte, 0, len(b.Records)*(len(strconv.Itoa(b.RecordIndex(len(b.Records)-1)+1))))
 		for i, r := range b.Records {
 			h := headers[i*per : (i+1)*per : (i+1)*per]
 			copy(h, base)
 			start := len(digits)
-			digits = strconv.AppendInt(digits, int64(i), 10)
+			digits = strconv.AppendInt(digits, int64(b.RecordIndex(i)), 10)
 			h[per-1] = kafkago.Header{Key: "record_index", Value: digits[start:len(digits):len(digits)]}
 			msgs = append(msgs, kafkago.Message{Key: key, Value: r, Headers: h, Time: t})
+			refs = append(refs, delivery.RecordRef{Batch: bi, Record: i})
 		}
 	}
-	return msgs
+	return msgs, refs
 }
 
 // Ping checks that a broker answers (for readiness).

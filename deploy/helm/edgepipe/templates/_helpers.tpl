@@ -187,13 +187,34 @@ readinessProbe:
 {{- if $s.maxBytes }}
 {{- $s.maxBytes }}
 {{- else }}
-{{- $m := regexFindAll "^([0-9]+)(Mi|Gi|Ti)$" (toString $s.size) 1 }}
-{{- if not $m }}
-{{- fail (printf "receiver.spool.size %q: use Mi, Gi or Ti, or set receiver.spool.maxBytes" (toString $s.size)) }}
-{{- end }}
-{{- $n := regexReplaceAll "^([0-9]+)(Mi|Gi|Ti)$" (toString $s.size) "${1}" | int64 }}
-{{- $unit := regexReplaceAll "^([0-9]+)(Mi|Gi|Ti)$" (toString $s.size) "${2}" }}
-{{- $mib := ternary $n (ternary (mul $n 1024) (mul $n 1048576) (eq $unit "Gi")) (eq $unit "Mi") }}
+{{- $mib := include "edgepipe.spoolSizeMiB" (dict "size" $s.size "what" "receiver.spool.maxBytes") | int64 }}
 {{- printf "%dMiB" (div (mul $mib 9) 10) }}
 {{- end }}
+{{- end }}
+
+{{/*
+The dead-letter store's bound (--dead-letter.max-bytes): receiver.deadLetter.maxBytes,
+or 5% of the spool volume (it shares the volume with the spool).
+*/}}
+{{- define "edgepipe.deadLetterMaxBytes" -}}
+{{- with .Values.receiver.deadLetter.maxBytes }}
+{{- . }}
+{{- else }}
+{{- $mib := include "edgepipe.spoolSizeMiB" (dict "size" .Values.receiver.spool.size "what" "receiver.deadLetter.maxBytes") | int64 }}
+{{- printf "%dMiB" (max 1 (div (mul $mib 5) 100)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The spool volume's size in MiB; size must be in Mi, Gi or Ti, otherwise the
+value named by "what" must be set.
+*/}}
+{{- define "edgepipe.spoolSizeMiB" -}}
+{{- $m := regexFindAll "^([0-9]+)(Mi|Gi|Ti)$" (toString .size) 1 }}
+{{- if not $m }}
+{{- fail (printf "receiver.spool.size %q: use Mi, Gi or Ti, or set %s" (toString .size) .what) }}
+{{- end }}
+{{- $n := regexReplaceAll "^([0-9]+)(Mi|Gi|Ti)$" (toString .size) "${1}" | int64 }}
+{{- $unit := regexReplaceAll "^([0-9]+)(Mi|Gi|Ti)$" (toString .size) "${2}" }}
+{{- ternary $n (ternary (mul $n 1024) (mul $n 1048576) (eq $unit "Gi")) (eq $unit "Mi") }}
 {{- end }}

@@ -16,7 +16,10 @@ import (
 // on the ClickHouse path, without the server).
 func BenchmarkBuildColumns(b *testing.B) {
 	fields := accesslog.Fields()
-	cols := accessColumns(clickhouse.Version{}, fields, nil)
+	cols, err := accessColumns(clickhouse.Version{}, fields, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
 	var batches []*accesslog.Batch
 	bytes := 0
 	for n := 0; n < 4; n++ {

@@ -3,18 +3,23 @@
 // known log field and the rest kept as JSON in extra. The table is a
 // ReplacingMergeTree keyed by each record's identity, so a redelivered record
 // collapses under `SELECT … FINAL`.
+//
+// The sink takes the table as it finds it: a field's existing column may
+// be of any type that can hold the field (every integer and float width,
+// Nullable, LowCardinality(String), String, DateTime, DateTime64); values
+// are converted to it, and a value the column cannot hold (out of range, a
+// fraction in an integer column, a timestamp before 1970 in a DateTime)
+// leaves the column at its default and is kept as is in extra, never
+// wrapped. A column that cannot hold its field at all is an
+// *IncompatibleColumnError. When the table or a column disappears while the
+// receiver runs, the next attempt re-creates it and inserts the rows again.
 package logtable
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,8 +81,8 @@ type Config struct {
 }
 
 // Sink is the receiver's ClickHouse sink. It connects (and creates or
-// extends the table) at the first delivery, so a server that is down at
-// start-up only delays delivery. It is safe for concurrent use.
+// extends the table) at the first delivery, or at Check, so a server that
+// is down at start-up only delays delivery. It is safe for concurrent use.
 type Sink struct {
 	cfg Config
 	log *slog.Logger
@@ -92,10 +97,10 @@ type Sink struct {
 // accessColumn is one typed field column.
 type accessColumn struct {
 	field accesslog.Field
-	name  string // column name (the field code)
-	typ   string // ClickHouse type
+	name  string     // column name (the field code)
+	typ   columnType // its ClickHouse type
 	// fraction is the companion column holding microseconds of a timestamp
-	// on servers without DateTime64.
+	// in a DateTime column (servers without DateTime64).
 	fraction string
 }
 
@@ -125,7 +130,17 @@ func isFixed(code string) bool {
 	return false
 }
 
-// connect opens the connection and ensures the table once.
+// Check connects, creates or extends the table and checks that every
+// column can hold its field. An *IncompatibleColumnError means the table
+// must be changed before the sink can write; any other error that the
+// server could not be reached (delivery connects again later).
+func (a *Sink) Check(ctx context.Context) error {
+	_, _, _, _, err := a.connect(ctx)
+	return err
+}
+
+// connect opens the connection and ensures the table once (again after
+// reset).
 func (a *Sink) connect(ctx context.Context) (*clickhouse.DB, []accessColumn, []string, int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -157,17 +172,31 @@ func (a *Sink) connect(ctx context.Context) (*clickhouse.DB, []accessColumn, []s
 	return db, cols, names, a.gen, nil
 }
 
-// DDL returns the CREATE TABLE statement for the server version v
-// (exported for the README and tests).
+// reset forgets the connection and the table's columns of generation gen
+// (the table or a column changed under the sink), so the next delivery
+// connects, re-creates what is missing and reads the columns again.
+func (a *Sink) reset(gen int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.db == nil || a.gen != gen {
+		return
+	}
+	_ = a.db.Close()
+	a.db, a.columns, a.names = nil, nil, nil
+}
+
+// DDL returns the CREATE TABLE statement of access_logs for db's server
+// version (exported for the README and tests). It is the one place the
+// table's layout is decided.
 func DDL(db *clickhouse.DB, fields []accesslog.Field) string {
-	cols := accessColumns(db.Version(), fields, nil)
+	cols, _ := accessColumns(db.Version(), fields, nil)
 	var b strings.Builder
 	b.WriteString("CREATE TABLE IF NOT EXISTS " + db.Table(Table) + " (\n")
 	for _, c := range fixedColumns {
 		fmt.Fprintf(&b, "  %s %s,\n", clickhouse.QuoteIdent(c.name), c.typ)
 	}
 	for _, c := range cols {
-		fmt.Fprintf(&b, "  %s %s,\n", clickhouse.QuoteIdent(c.name), c.typ)
+		fmt.Fprintf(&b, "  %s %s,\n", clickhouse.QuoteIdent(c.name), c.typ.raw)
 		if c.fraction != "" {
 			fmt.Fprintf(&b, "  %s UInt32,\n", clickhouse.QuoteIdent(c.fraction))
 		}
@@ -191,9 +220,11 @@ func hasTimestamp(cols []accessColumn) bool {
 }
 
 // accessColumns maps fields to columns. existing holds the types of columns
-// already in the table, which win (a table created by an older server keeps
-// its DateTime + fraction layout after an upgrade).
-func accessColumns(v clickhouse.Version, fields []accesslog.Field, existing map[string]string) []accessColumn {
+// already in the table, which win when they can hold the field (a table
+// created by an older server keeps its DateTime + fraction layout after an
+// upgrade; an operator's UInt16 status_code stays UInt16); one that cannot
+// is an *IncompatibleColumnError.
+func accessColumns(v clickhouse.Version, fields []accesslog.Field, existing map[string]string) ([]accessColumn, error) {
 	var cols []accessColumn
 	seen := map[string]bool{}
 	for _, f := range fields {
@@ -201,35 +232,43 @@ func accessColumns(v clickhouse.Version, fields []accesslog.Field, existing map[
 			continue
 		}
 		seen[f.Code] = true
-		c := accessColumn{field: f, name: f.Code}
-		switch f.Type {
-		case accesslog.TypeInteger:
-			c.typ = "Int64"
-		case accesslog.TypeFloat:
-			c.typ = "Float64"
-		case accesslog.TypeTimestamp:
-			if v.HasDateTime64() {
-				c.typ = "DateTime64(6)"
-			} else {
-				c.typ = "DateTime"
-				c.fraction = f.Code + "_us"
-			}
-		default:
-			c.typ = "String"
+		want := defaultType(f.Type, v.HasDateTime64())
+		raw, ok := existing[f.Code]
+		if !ok {
+			raw = want
 		}
-		if t, ok := existing[c.name]; ok {
-			c.typ = t
-			c.fraction = ""
-			if f.Type == accesslog.TypeTimestamp && t == "DateTime" {
-				c.fraction = f.Code + "_us"
-			}
+		t, ok := parseColumnType(raw)
+		if !ok || !t.holds(f.Type) {
+			return nil, &IncompatibleColumnError{Table: Table, Column: f.Code, Type: raw, Field: f.Type, Want: want}
+		}
+		c := accessColumn{field: f, name: f.Code, typ: t}
+		if f.Type == accesslog.TypeTimestamp && t.base == "DateTime" {
+			c.fraction = f.Code + "_us"
 		}
 		cols = append(cols, c)
 	}
-	return cols
+	return cols, nil
 }
 
-// ensureTable creates the table, or adds the columns it lacks.
+// checkFixedColumns checks that the table's own columns have the types
+// the sink writes (it fills them with fixed Go types).
+func checkFixedColumns(existing map[string]string) error {
+	for _, c := range fixedColumns {
+		raw, ok := existing[c.name]
+		if !ok {
+			continue
+		}
+		t, ok := parseColumnType(raw)
+		want, _ := parseColumnType(c.typ)
+		if !ok || t.nullable || t.base != want.base {
+			return &IncompatibleColumnError{Table: Table, Column: c.name, Type: raw, Want: c.typ}
+		}
+	}
+	return nil
+}
+
+// ensureTable creates the table, or adds the columns it lacks, and checks
+// the types of those it has.
 func (a *Sink) ensureTable(ctx context.Context, db *clickhouse.DB) ([]accessColumn, error) {
 	existing, err := columnTypes(ctx, db, Table)
 	if err != nil {
@@ -245,7 +284,13 @@ func (a *Sink) ensureTable(ctx context.Context, db *clickhouse.DB) ([]accessColu
 			return nil, err
 		}
 	}
-	cols := accessColumns(db.Version(), a.cfg.Fields, existing)
+	if err := checkFixedColumns(existing); err != nil {
+		return nil, err
+	}
+	cols, err := accessColumns(db.Version(), a.cfg.Fields, existing)
+	if err != nil {
+		return nil, err
+	}
 	var missing []string
 	for _, c := range fixedColumns {
 		if _, ok := existing[c.name]; !ok {
@@ -254,7 +299,7 @@ func (a *Sink) ensureTable(ctx context.Context, db *clickhouse.DB) ([]accessColu
 	}
 	for _, c := range cols {
 		if _, ok := existing[c.name]; !ok {
-			missing = append(missing, clickhouse.QuoteIdent(c.name)+" "+c.typ)
+			missing = append(missing, clickhouse.QuoteIdent(c.name)+" "+c.typ.raw)
 		}
 		if _, ok := existing[c.fraction]; c.fraction != "" && !ok {
 			missing = append(missing, clickhouse.QuoteIdent(c.fraction)+" UInt32")
@@ -301,7 +346,10 @@ func columnTypes(ctx context.Context, db *clickhouse.DB, table string) (map[stri
 // Deliver inserts every record of the batches (in up to Concurrency
 // INSERTs running at once) and returns nil once ClickHouse acknowledged all
 // of them. A retried delivery inserts the same rows again;
-// ReplacingMergeTree collapses them.
+// ReplacingMergeTree collapses them. An INSERT the server refuses for its
+// data is a *delivery.RejectedError naming that INSERT's records (the
+// worker splits it to find the rows at fault); a table or column that
+// changed or disappeared is read again (and re-created) at the next attempt.
 func (a *Sink) Deliver(ctx context.Context, batches []*accesslog.Batch) error {
 	return a.Prepare(batches).Deliver(ctx)
 }
@@ -311,7 +359,8 @@ func (a *Sink) Deliver(ctx context.Context, batches []*accesslog.Batch) error {
 // sends them (delivery.Preparer: the worker converts the next group while
 // ClickHouse is still inserting the current one).
 func (a *Sink) Prepare(batches []*accesslog.Batch) delivery.Prepared {
-	p := &preparedInsert{a: a, groups: splitBatches(batches, a.cfg.Concurrency), version: uint64(time.Now().UnixNano())}
+	p := &preparedInsert{a: a, batches: batches, groups: splitBatches(batches, a.cfg.Concurrency), version: uint64(time.Now().UnixNano())}
+	p.done = make([]bool, len(p.groups))
 	a.mu.Lock()
 	cols, gen := a.columns, a.gen
 	a.mu.Unlock()
@@ -321,14 +370,17 @@ func (a *Sink) Prepare(batches []*accesslog.Batch) delivery.Prepared {
 	return p
 }
 
-// preparedInsert is one delivery: its groups of batches, each converted
-// into columns for the column layout of connect generation gen.
+// preparedInsert is one delivery: its groups of batches (consecutive runs
+// of batches), each converted into columns for the column layout of
+// connect generation gen.
 type preparedInsert struct {
 	a       *Sink
+	batches []*accesslog.Batch
 	groups  [][]*accesslog.Batch
 	version uint64
 	gen     int
 	data    []*columnData
+	done    []bool // groups acknowledged in generation gen
 }
 
 // build converts every group (in parallel when there are several and
@@ -336,6 +388,7 @@ type preparedInsert struct {
 func (p *preparedInsert) build(cols []accessColumn, gen int, parallel bool) {
 	p.gen = gen
 	p.data = make([]*columnData, len(p.groups))
+	clear(p.done) // a new table (re-created) needs every row again
 	if !parallel || len(p.groups) == 1 {
 		for i, g := range p.groups {
 			p.data[i] = buildColumns(g, cols, p.version)
@@ -353,9 +406,9 @@ func (p *preparedInsert) build(cols []accessColumn, gen int, parallel bool) {
 	wg.Wait()
 }
 
-// Deliver runs the INSERTs (connecting first when needed) and returns nil
-// once ClickHouse acknowledged every row. It may be called again after an
-// error.
+// Deliver runs the INSERTs not yet acknowledged (connecting first when
+// needed) and returns nil once ClickHouse acknowledged every row. It may be
+// called again after an error.
 func (p *preparedInsert) Deliver(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, p.a.cfg.InsertTimeout)
 	defer cancel()
@@ -369,17 +422,53 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 	errs := make([]error, len(p.data))
 	var wg sync.WaitGroup
 	for i, data := range p.data {
-		if data.rows == 0 {
+		if data.rows == 0 || p.done[i] {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = db.InsertColumns(ctx, Table, names, data.slices())
+			if errs[i] = db.InsertColumns(ctx, Table, names, data.slices()); errs[i] == nil {
+				p.done[i] = true
+			}
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return p.outcome(gen, errs)
+}
+
+// outcome turns the INSERTs' errors into the delivery contract's answer:
+// nil, a failure to retry (resetting the sink's view of the table when it
+// changed), or, when every failed INSERT was refused for its data, their
+// records as a *delivery.RejectedError each.
+func (p *preparedInsert) outcome(gen int, errs []error) error {
+	var retry, rejected []error
+	first := 0 // index of the first batch of group i
+	for i, err := range errs {
+		group := p.groups[i]
+		if err != nil {
+			switch clickhouse.ErrorClass(err) {
+			case clickhouse.ClassRejected:
+				var refs []delivery.RecordRef
+				for bi := range group {
+					for ri := range group[bi].Records {
+						refs = append(refs, delivery.RecordRef{Batch: first + bi, Record: ri})
+					}
+				}
+				rejected = append(rejected, &delivery.RejectedError{Records: refs, Reason: fmt.Sprintf("code_%d", clickhouse.ErrorCode(err)), Err: err})
+			case clickhouse.ClassSchema:
+				p.a.reset(gen)
+				retry = append(retry, fmt.Errorf("%w (the table changed; reading it again)", err))
+			default:
+				retry = append(retry, err)
+			}
+		}
+		first += len(group)
+	}
+	if len(retry) > 0 {
+		return errors.Join(retry...)
+	}
+	return errors.Join(rejected...)
 }
 
 // splitBatches cuts batches into at most n runs of about equal record counts.
@@ -417,395 +506,4 @@ func (a *Sink) Close() error {
 	err := a.db.Close()
 	a.db = nil
 	return err
-}
-
-// Kinds of field columns.
-const (
-	kindString = iota
-	kindInt
-	kindFloat
-	kindTime
-)
-
-// columnData holds one INSERT, column by column. Field columns are kept in
-// typed slices (not []any) so that appending a value never allocates.
-type columnData struct {
-	rows int
-	// fixed columns
-	env, agent, datestamp, recordKey, profile, format, extra []string
-	seq                                                      []int64
-	index                                                    []uint32
-	received                                                 []time.Time
-	version                                                  []uint64
-	// field columns, parallel to cols; only the slice of each column's
-	// kind is used
-	cols   []accessColumn
-	kind   []uint8
-	strs   [][]string
-	ints   [][]int64
-	floats [][]float64
-	times  [][]time.Time
-	fracs  [][]uint32
-}
-
-func (d *columnData) slices() []any {
-	out := []any{d.env, d.agent, d.datestamp, d.seq, d.recordKey, d.index, d.profile, d.format, d.received, d.extra, d.version}
-	for i, c := range d.cols {
-		switch d.kind[i] {
-		case kindTime:
-			out = append(out, d.times[i])
-		case kindInt:
-			out = append(out, d.ints[i])
-		case kindFloat:
-			out = append(out, d.floats[i])
-		default:
-			out = append(out, d.strs[i])
-		}
-		if c.fraction != "" {
-			out = append(out, d.fracs[i])
-		}
-	}
-	return out
-}
-
-// columnIndex finds a field column by its code.
-type columnIndex map[string]int
-
-// buildColumns converts the records into typed columns. Each record's
-// members are walked once (accesslog.EachMember); string values without escapes
-// are substrings of one string copy of the record, so a record costs one
-// allocation, not one per field.
-func buildColumns(batches []*accesslog.Batch, cols []accessColumn, version uint64) *columnData {
-	n := 0
-	for _, b := range batches {
-		n += len(b.Records)
-	}
-	k := len(cols)
-	d := &columnData{
-		cols: cols, kind: make([]uint8, k),
-		strs: make([][]string, k), ints: make([][]int64, k), floats: make([][]float64, k),
-		times: make([][]time.Time, k), fracs: make([][]uint32, k),
-		env: make([]string, 0, n), agent: make([]string, 0, n), datestamp: make([]string, 0, n),
-		recordKey: make([]string, 0, n), profile: make([]string, 0, n), format: make([]string, 0, n),
-		extra: make([]string, 0, n), seq: make([]int64, 0, n), index: make([]uint32, 0, n),
-		received: make([]time.Time, 0, n), version: make([]uint64, 0, n),
-	}
-	byName := make(columnIndex, len(cols))
-	for i, c := range cols {
-		byName[c.name] = i
-		switch {
-		case c.field.Type == accesslog.TypeTimestamp:
-			d.kind[i] = kindTime
-			d.times[i] = make([]time.Time, 0, n)
-			if c.fraction != "" {
-				d.fracs[i] = make([]uint32, 0, n)
-			}
-		case c.typ == "Int64":
-			d.kind[i] = kindInt
-			d.ints[i] = make([]int64, 0, n)
-		case c.typ == "Float64":
-			d.kind[i] = kindFloat
-			d.floats[i] = make([]float64, 0, n)
-		default:
-			d.kind[i] = kindString
-			d.strs[i] = make([]string, 0, n)
-		}
-	}
-	set := make([]bool, len(cols))
-	hint := make([]int, 0, len(cols)) // column index by member position
-	var extra map[string]json.RawMessage
-	for _, b := range batches {
-		var batchHash string
-		received := time.Unix(0, b.ReceivedUnixNano).UTC()
-		for ri, raw := range b.Records {
-			for i := range set {
-				set[i] = false
-			}
-			clear(extra)
-			rs := string(raw) // string values without escapes are substrings of rs
-			keep := func(code string, v json.RawMessage) {
-				if extra == nil {
-					extra = map[string]json.RawMessage{}
-				}
-				extra[code] = v
-			}
-			var uuid json.RawMessage
-			pos := 0
-			err := accesslog.EachMember(raw, func(key []byte, escaped bool, v []byte) {
-				// Records of a batch list their fields in the same order:
-				// try the column the previous record had at this position
-				// before hashing the key.
-				p := pos
-				pos++
-				var i int
-				var ok bool
-				if p < len(hint) && hint[p] >= 0 && cols[hint[p]].name == string(key) && !escaped {
-					i, ok = hint[p], true
-				} else {
-					i, ok = byName[string(key)]
-					for len(hint) <= p {
-						hint = append(hint, -1)
-					}
-					if ok && !escaped {
-						hint[p] = i
-					} else {
-						hint[p] = -1
-					}
-				}
-				if escaped || !ok {
-					code := accesslog.UnescapeKey(key, escaped)
-					if i, ok = byName[code]; !ok {
-						if code == "environment_id" && jsonString(v) == b.EnvironmentID {
-							return
-						}
-						keep(code, v)
-						return
-					}
-				}
-				if string(key) == "uuid" {
-					uuid = v
-				}
-				if set[i] {
-					// A repeated key: the last one wins, as in encoding/json.
-					d.dropLast(i)
-				}
-				// v is raw[off:off+len(v)].
-				off := cap(raw) - cap(v)
-				if !d.appendValue(i, v, rs[off:off+len(v)]) {
-					d.appendZero(i)
-					keep(cols[i].name, v)
-				}
-				set[i] = true
-			})
-			if err != nil {
-				// Ingest only spools valid JSON objects, so this is
-				// corruption: keep the record whole rather than lose it.
-				keep("_unparsed_record", json.RawMessage(strconv.Quote(rs)))
-			}
-			for i, ok := range set {
-				if !ok {
-					d.appendZero(i)
-				}
-			}
-			// Identity.
-			d.env = append(d.env, b.EnvironmentID)
-			if b.HasIdentity() {
-				d.agent = append(d.agent, b.AgentID)
-				d.datestamp = append(d.datestamp, b.Datestamp)
-				d.seq = append(d.seq, b.SeqNum)
-				d.recordKey = append(d.recordKey, "")
-				d.index = append(d.index, uint32(ri))
-			} else {
-				d.agent = append(d.agent, "")
-				d.datestamp = append(d.datestamp, "")
-				d.seq = append(d.seq, accesslog.NoSeqNum)
-				if u := jsonString(uuid); u != "" {
-					d.recordKey = append(d.recordKey, "uuid:"+u)
-					d.index = append(d.index, 0)
-				} else {
-					if batchHash == "" {
-						batchHash = b.ContentHash()
-					}
-					d.recordKey = append(d.recordKey, "batch:"+batchHash)
-					d.index = append(d.index, uint32(ri))
-				}
-			}
-			d.profile = append(d.profile, b.ProfileID)
-			d.format = append(d.format, string(b.Format))
-			d.received = append(d.received, received)
-			d.version = append(d.version, version)
-			d.extra = append(d.extra, encodeExtra(extra))
-			d.rows++
-		}
-	}
-	return d
-}
-
-func encodeExtra(m map[string]json.RawMessage) string {
-	if len(m) == 0 {
-		return ""
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		kb, _ := json.Marshal(k)
-		b.Write(kb)
-		b.WriteByte(':')
-		b.Write(m[k])
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
-// jsonString returns the string a JSON string holds, or "" for anything else.
-func jsonString(v json.RawMessage) string {
-	if len(v) < 2 || v[0] != '"' {
-		return ""
-	}
-	if bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1])
-	}
-	var s string
-	if json.Unmarshal(v, &s) != nil {
-		return ""
-	}
-	return s
-}
-
-// appendValue appends v to column i; vs is v's text as a string (shared
-// with the rest of its record). It returns false when v does not fit the
-// column's type (the caller then keeps it in extra). null counts as
-// fitting: zero value.
-func (d *columnData) appendValue(i int, v json.RawMessage, vs string) bool {
-	if vs == "null" {
-		d.appendZero(i)
-		return true
-	}
-	switch d.kind[i] {
-	case kindTime:
-		sec, us, ok := parseTimestamp(vs)
-		if !ok {
-			return false
-		}
-		if d.cols[i].fraction != "" {
-			d.times[i] = append(d.times[i], time.Unix(sec, 0).UTC())
-			d.fracs[i] = append(d.fracs[i], us)
-		} else {
-			d.times[i] = append(d.times[i], time.Unix(sec, int64(us)*1000).UTC())
-		}
-	case kindInt:
-		n, ok := parseRecordInt(vs)
-		if !ok {
-			return false
-		}
-		d.ints[i] = append(d.ints[i], n)
-	case kindFloat:
-		f, ok := parseRecordFloat(vs)
-		if !ok {
-			return false
-		}
-		d.floats[i] = append(d.floats[i], f)
-	default:
-		if len(vs) > 0 && vs[0] == '"' {
-			var s string
-			if strings.IndexByte(vs, '\\') < 0 {
-				s = vs[1 : len(vs)-1]
-			} else if s = jsonString(v); s == "" {
-				return false
-			}
-			d.strs[i] = append(d.strs[i], s)
-		} else {
-			// A number or boolean where a string was expected: keep its text.
-			if vs[0] == '{' || vs[0] == '[' {
-				return false
-			}
-			d.strs[i] = append(d.strs[i], vs)
-		}
-	}
-	return true
-}
-
-// dropLast removes the last value of column i.
-func (d *columnData) dropLast(i int) {
-	switch d.kind[i] {
-	case kindTime:
-		d.times[i] = d.times[i][:len(d.times[i])-1]
-		if d.cols[i].fraction != "" {
-			d.fracs[i] = d.fracs[i][:len(d.fracs[i])-1]
-		}
-	case kindInt:
-		d.ints[i] = d.ints[i][:len(d.ints[i])-1]
-	case kindFloat:
-		d.floats[i] = d.floats[i][:len(d.floats[i])-1]
-	default:
-		d.strs[i] = d.strs[i][:len(d.strs[i])-1]
-	}
-}
-
-// epoch is the zero of timestamp columns.
-var epoch = time.Unix(0, 0).UTC()
-
-func (d *columnData) appendZero(i int) {
-	switch d.kind[i] {
-	case kindTime:
-		d.times[i] = append(d.times[i], epoch)
-		if d.cols[i].fraction != "" {
-			d.fracs[i] = append(d.fracs[i], 0)
-		}
-	case kindInt:
-		d.ints[i] = append(d.ints[i], 0)
-	case kindFloat:
-		d.floats[i] = append(d.floats[i], 0)
-	default:
-		d.strs[i] = append(d.strs[i], "")
-	}
-}
-
-// unquoteNumber strips the quotes of a JSON string holding a number ("200").
-func unquoteNumber(s string) string {
-	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
-		return s[1 : len(s)-1]
-	}
-	return s
-}
-
-func parseRecordInt(v string) (int64, bool) {
-	s := unquoteNumber(v)
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return n, true
-	}
-	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<62 {
-		return 0, false
-	}
-	return int64(f), true
-}
-
-func parseRecordFloat(v string) (float64, bool) {
-	f, err := strconv.ParseFloat(unquoteNumber(v), 64)
-	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, false
-	}
-	return f, true
-}
-
-// parseTimestamp reads Unix seconds with an optional fraction
-// ("1523916295.768957") exactly, without a float's rounding.
-func parseTimestamp(v string) (sec int64, us uint32, ok bool) {
-	s := unquoteNumber(v)
-	if strings.ContainsAny(s, "eE") {
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || f < 0 || f > 1<<40 {
-			return 0, 0, false
-		}
-		sec = int64(f)
-		return sec, uint32(math.Round((f - float64(sec)) * 1e6)), true
-	}
-	whole, frac, _ := strings.Cut(s, ".")
-	sec, err := strconv.ParseInt(whole, 10, 64)
-	if err != nil || sec < 0 || sec > 1<<40 {
-		return 0, 0, false
-	}
-	if frac != "" {
-		if len(frac) > 6 {
-			frac = frac[:6]
-		}
-		for len(frac) < 6 {
-			frac += "0"
-		}
-		n, err := strconv.ParseUint(frac, 10, 32)
-		if err != nil {
-			return 0, 0, false
-		}
-		us = uint32(n)
-	}
-	return sec, us, true
 }

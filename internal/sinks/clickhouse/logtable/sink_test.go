@@ -26,8 +26,14 @@ func TestParseTimestamp(t *testing.T) {
 		{`"1523916295.5"`, 1523916295, 500000, true},
 		{"1.523916295768957e9", 1523916295, 768957, true},
 		{"1523916295.1234567", 1523916295, 123456, true},
+		{"5000000000.5", 5000000000, 500000, true},
+		{"-5", -5, 0, true},
+		{"-5.25", -6, 750000, true},
+		{"-2.5e0", -3, 500000, true},
 		{`"yesterday"`, 0, 0, false},
-		{"-5", 0, 0, false},
+		{"--5", 0, 0, false},
+		{"+5", 0, 0, false},
+		{"1e300", 0, 0, false},
 	} {
 		sec, us, ok := parseTimestamp(tc.in)
 		if sec != tc.sec || ok != tc.ok || (ok && absDiff(us, tc.us) > 1) {
@@ -149,7 +155,10 @@ func TestBuildColumnsValues(t *testing.T) {
 		{Code: "total_time", Type: accesslog.TypeFloat},
 		{Code: "timestamp", Type: accesslog.TypeTimestamp},
 	}
-	cols := accessColumns(clickhouse.Version{}, fields, nil) // no DateTime64: timestamp_us column
+	cols, err := accessColumns(clickhouse.Version{}, fields, nil) // no DateTime64: timestamp_us column
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name   string
 		record string
@@ -167,6 +176,13 @@ func TestBuildColumnsValues(t *testing.T) {
 		{"object in a string column", `{"host":{"a":1}}`, "", 0, 0, 0, 0, `{"host":{"a":1}}`},
 		{"quoted number", `{"status_code":"404","total_time":"1.5"}`, "", 404, 1.5, 0, 0, ""},
 		{"mistyped number", `{"status_code":"oops"}`, "", 0, 0, 0, 0, `{"status_code":"oops"}`},
+		{"integer beyond Int64", `{"status_code":9223372036854775808}`, "", 0, 0, 0, 0, `{"status_code":9223372036854775808}`},
+		{"integer with a fraction", `{"status_code":200.5}`, "", 0, 0, 0, 0, `{"status_code":200.5}`},
+		{"integral float", `{"status_code":2e2}`, "", 200, 0, 0, 0, ""},
+		{"timestamp beyond DateTime", `{"timestamp":5000000000.5}`, "", 0, 0, 0, 0, `{"timestamp":5000000000.5}`},
+		{"timestamp 2^32", `{"timestamp":4294967296}`, "", 0, 0, 0, 0, `{"timestamp":4294967296}`},
+		{"timestamp 2^32-1", `{"timestamp":4294967295}`, "", 0, 0, 4294967295, 0, ""},
+		{"negative timestamp", `{"timestamp":-5}`, "", 0, 0, 0, 0, `{"timestamp":-5}`},
 		{"null", `{"host":null,"status_code":null}`, "", 0, 0, 0, 0, ""},
 		{"repeated key: last wins", `{"status_code":1,"host":"x","status_code":2}`, "x", 2, 0, 0, 0, ""},
 		{"escaped key", `{"ho\u0073t":"y"}`, "y", 0, 0, 0, 0, ""},
@@ -182,12 +198,16 @@ func TestBuildColumnsValues(t *testing.T) {
 			if d.rows != 2 {
 				t.Fatalf("rows = %d", d.rows)
 			}
-			got := fmt.Sprint(d.strs[0][0], d.ints[1][0], d.floats[2][0], d.times[3][0].Unix(), d.fracs[3][0], d.extra[0])
+			host := d.fields[0].(*stringColumn).vals
+			status := d.fields[1].(*numberColumn[int64]).vals
+			total := d.fields[2].(*numberColumn[float64]).vals
+			ts := d.fields[3].(*timeColumn)
+			got := fmt.Sprint(host[0], status[0], total[0], ts.vals[0].Unix(), ts.fracs[0], d.extra[0])
 			want := fmt.Sprint(tc.host, tc.status, tc.total, tc.sec, tc.us, tc.extra)
 			if got != want {
 				t.Errorf("row = %s, want %s", got, want)
 			}
-			empty := fmt.Sprint(d.strs[0][1], d.ints[1][1], d.floats[2][1], d.times[3][1].Unix(), d.fracs[3][1], d.extra[1])
+			empty := fmt.Sprint(host[1], status[1], total[1], ts.vals[1].Unix(), ts.fracs[1], d.extra[1])
 			if empty != fmt.Sprint("", 0, 0, 0, 0, "") {
 				t.Errorf("second (empty) row = %s", empty)
 			}

@@ -262,8 +262,9 @@ func (s *Sink) Write(ctx context.Context, b *schedule.Batch) (int, error) {
 		return 0, err
 	}
 	if err := s.writeBlock(ctx, db, blk); err != nil {
-		s.metrics.insertErrors.WithLabelValues(blk.dataset, clickhouse.ErrorClass(err)).Inc()
-		if clickhouse.ErrorCode(err) != 0 {
+		class := clickhouse.ErrorClass(err)
+		s.metrics.insertErrors.WithLabelValues(blk.dataset, class).Inc()
+		if class == clickhouse.ClassSchema || class == clickhouse.ClassRejected {
 			s.forgetTable(blk.table)
 		}
 		return 0, err
@@ -409,9 +410,15 @@ func (s *Sink) writeAll(items []*block) []*block {
 		merged := mergeBlocks(g)
 		if err := s.writeBlock(s.writeCtx, db, merged); err != nil {
 			s.metrics.up.Set(0)
-			code := clickhouse.ErrorCode(err)
-			s.metrics.insertErrors.WithLabelValues(merged.dataset, clickhouse.ErrorClassOf(code)).Inc()
-			if code != 0 && !clickhouse.RetriableCode(code) {
+			class := clickhouse.ErrorClass(err)
+			s.metrics.insertErrors.WithLabelValues(merged.dataset, class).Inc()
+			if class == clickhouse.ClassSchema {
+				// The table or a column is gone or changed: the next
+				// attempt reads the schema again and re-creates what is
+				// missing; the rows are kept.
+				s.forgetTable(merged.table)
+			}
+			if class == clickhouse.ClassRejected {
 				// The server rejected the data itself: forget what we know
 				// about the table (it may have changed) and give up on the
 				// rows after a few attempts rather than blocking the queue.
