@@ -201,7 +201,7 @@ func (r *rig) checkSinks(label string) {
 				}
 				sort.Strings(as)
 				for i, m := range metrics {
-					k := key{otel.MetricName(ds, m), strings.Join(as, ","), row.Time.Format(time.RFC3339)}
+					k := key{otel.MetricName(otel.DefaultPrefix, ds, m), strings.Join(as, ","), row.Time.Format(time.RFC3339)}
 					got, ok := deltas[k]
 					if metricsapi.Classify(m).Kind != metricsapi.KindCount {
 						got, ok = last[k]

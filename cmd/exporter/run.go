@@ -203,7 +203,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		if err != nil {
 			return nil, err
 		}
-		sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg,
+		sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg, Prefix: cfg.Prefix,
 			Logger: h.log.With("sink", "otlp")})
 		if err != nil {
 			return nil, err

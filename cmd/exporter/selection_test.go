@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
+	"github.com/edgepipe/edgepipe/internal/sinks/otel/otlptest"
 	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
@@ -598,4 +599,41 @@ func countCDN(got map[string]float64) int {
 		}
 	}
 	return n
+}
+
+// TestConfigFilePrefix: the config file's prefix names the Prometheus and
+// the OTLP metrics; self-metrics keep edgepipe_.
+func TestConfigFilePrefix(t *testing.T) {
+	path := writeConfig(t, "prefix: acme_cdn\n")
+	rcv, otlpAddr := otlptest.StartGRPC(t)
+	te := startExporter(t, testOptions{sim: platformsim.Config{Environments: 3}, common: func(c *commonFlags) { c.configFile = path },
+		run: func(f *runFlags) {
+			f.datasets = []string{"edge_errors"}
+			f.otlpEndpoint, f.otlpProtocol = "http://"+otlpAddr, "grpc"
+		}})
+	body, got := te.scrape()
+	testenv.CheckMetrics(t, body)
+	n := 0
+	for k := range got {
+		switch {
+		case strings.HasPrefix(k, "acme_cdn_edge_errors_requests_edge_total{"):
+			n++
+		case strings.HasPrefix(k, "cdn_"):
+			t.Errorf("unprefixed series %s", k)
+		}
+	}
+	if n == 0 || got["edgepipe_environments{}"] != 3 {
+		t.Errorf("%d acme_cdn_ series; edgepipe_environments %v", n, got["edgepipe_environments{}"])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pts := rcv.WaitPoints(ctx, 1)
+	if len(pts) == 0 {
+		t.Fatal("no OTLP points")
+	}
+	for _, p := range pts {
+		if !strings.HasPrefix(p.Metric, "acme_cdn.edge_errors.") {
+			t.Errorf("OTLP metric %s lacks the prefix", p.Metric)
+		}
+	}
 }

@@ -95,7 +95,7 @@ func TestOTLPReceivesEveryBucket(t *testing.T) {
 					if math.IsNaN(r.Values[i]) {
 						continue
 					}
-					k := key{otel.MetricName(ds, m), strings.Join(as, ","), r.Time.Format(time.RFC3339)}
+					k := key{otel.MetricName(otel.DefaultPrefix, ds, m), strings.Join(as, ","), r.Time.Format(time.RFC3339)}
 					got, ok := sums[k]
 					if metricsapi.Classify(m).Kind != metricsapi.KindCount {
 						got, ok = last[k]

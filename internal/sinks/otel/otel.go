@@ -4,7 +4,8 @@
 //
 // The SDK's instruments stamp points with the time of collection, so the sink
 // builds metricdata.ResourceMetrics itself and calls the exporter's Export
-// directly. Metric names are cdn.<dataset>.<metric> (the API's names), with
+// directly. Metric names are cdn.<dataset>.<metric> (the API's names; the
+// prefix is Options.Prefix), with
 // the source's unit and attributes environment_id plus the dataset's
 // dimensions. Counts are monotonic Sums with delta temporality
 // (StartTime = bucket start, Time = bucket end; a revision sends the
@@ -70,6 +71,8 @@ type Options struct {
 	// InitialBackoff and MaxBackoff shape the retry delays; an export
 	// still failing after MaxRetryElapsed is dropped and counted.
 	InitialBackoff, MaxBackoff, MaxRetryElapsed time.Duration
+	// Prefix starts every metric name (default DefaultPrefix).
+	Prefix string
 	// Registerer receives the sink's self-metrics (optional).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -126,6 +129,9 @@ func New(exp Exporter, opts Options) (*Sink, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sink{
 		exp: exp, opts: opts, log: opts.Logger,
@@ -165,7 +171,7 @@ var ErrQueueFull = errors.New("otlp export queue full: points dropped")
 // edgepipe_otlp_dropped_points_total{reason="queue_full"}, and ErrQueueFull
 // is returned (the scheduler logs and counts it).
 func (s *Sink) Publish(_ context.Context, b *schedule.Batch) error {
-	exports := convert(b, s.opts.Resource, s.opts.MaxPoints)
+	exports := convert(b, s.opts.Prefix, s.opts.Resource, s.opts.MaxPoints)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -244,13 +250,17 @@ func (s *Sink) Close(ctx context.Context) error {
 	return nil
 }
 
+// DefaultPrefix starts every metric name unless Options.Prefix says
+// otherwise.
+const DefaultPrefix = "cdn"
+
 // MetricName returns the OTLP name of an API metric of a dataset.
-func MetricName(dataset, metric string) string {
-	return "cdn." + dataset + "." + metric
+func MetricName(prefix, dataset, metric string) string {
+	return prefix + "." + dataset + "." + metric
 }
 
 // convert turns a batch into export requests of at most maxPoints points.
-func convert(b *schedule.Batch, res *resource.Resource, maxPoints int) []*export {
+func convert(b *schedule.Batch, prefix string, res *resource.Resource, maxPoints int) []*export {
 	if len(b.Updates) == 0 || len(b.Metrics) == 0 {
 		return nil
 	}
@@ -324,7 +334,7 @@ func convert(b *schedule.Batch, res *resource.Resource, maxPoints int) []*export
 		}
 		var ms []metricdata.Metrics
 		for j, m := range b.Metrics {
-			md := metricdata.Metrics{Name: MetricName(b.Dataset.Name, m), Description: descs[j], Unit: kinds[j].Unit}
+			md := metricdata.Metrics{Name: MetricName(prefix, b.Dataset.Name, m), Description: descs[j], Unit: kinds[j].Unit}
 			switch {
 			case len(sums[j]) > 0:
 				md.Data = metricdata.Sum[float64]{DataPoints: sums[j], Temporality: metricdata.DeltaTemporality, IsMonotonic: true}

@@ -223,7 +223,7 @@ func TestChunking(t *testing.T) {
 	for i := range 10 {
 		ups = append(ups, schedule.Update{Row: row(i, "e1", "us", 1, 0.5, 10)})
 	}
-	ex := convert(batch(ups...), nil, 7) // 3 metrics: 2 updates per chunk
+	ex := convert(batch(ups...), DefaultPrefix, nil, 7) // 3 metrics: 2 updates per chunk
 	if len(ex) != 5 {
 		t.Fatalf("%d exports, want 5", len(ex))
 	}
