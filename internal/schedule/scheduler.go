@@ -535,6 +535,7 @@ func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset) {
 // own timing (tests, one-shot tools) can use the same logic.
 func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport {
 	start := s.clock.Now()
+	began := s.localNow()
 	g := s.cfg.Granularity
 	r := PollReport{Dataset: ds.Name, Start: start}
 	envs := s.Environments()
@@ -593,7 +594,7 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 	if err != nil {
 		r.Err = fmt.Errorf("fetch %s [%s, %s) for %d environments: %w", ds.Name,
 			from.Format(time.RFC3339), to.Format(time.RFC3339), len(envs), err)
-		r.Duration = s.clock.Now().Sub(start)
+		r.Duration = s.localNow().Sub(began)
 		return r
 	}
 	// The platform's newest Date bounds what counts as ended: a bucket
@@ -625,8 +626,17 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 		}
 	}
 	s.tracker.commit(ds.Name, envs, end, s.settle)
-	r.Duration = s.clock.Now().Sub(start)
+	r.Duration = s.localNow().Sub(began)
 	return r
+}
+
+// localNow is this machine's clock, which durations are measured on: the
+// platform's clock moves by the skew estimate between two readings.
+func (s *Scheduler) localNow() time.Time {
+	if pc, ok := s.clock.(*PlatformClock); ok {
+		return pc.local.Now()
+	}
+	return s.clock.Now()
 }
 
 // logProblems logs, once per poll, what the poll had to leave out, with an
