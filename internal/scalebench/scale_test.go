@@ -506,4 +506,3 @@ func BenchmarkScale(b *testing.B) {
 	sort.Strings(rows)
 	fmt.Printf("\n%d environments in %d properties, poll interval 1m:\n\n%s\n%s\n", 1000, 10, tableHeader, strings.Join(rows, "\n"))
 }
-
