@@ -11,7 +11,6 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
@@ -185,9 +184,6 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	cfg := h.common.config
 	x.collector = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge,
 		Prefix: cfg.Prefix, MaxSeries: f.maxSeries, Logger: h.log.With("sink", "prometheus")})
-	if err := x.reg.Register(x.collector); err != nil {
-		return nil, fmt.Errorf("register collector: %w", err)
-	}
 	pubs := []schedule.NamedPublisher{{Name: "prometheus", Publisher: x.collector}}
 
 	if otel.Enabled(f.otlpEndpoint) {
@@ -251,21 +247,22 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	if err != nil {
 		return nil, err
 	}
-	x.handler, err = newHandler(x.reg, x.sched, h, vi.Version)
+	x.handler, err = newHandler(x.reg, x.collector, x.sched, h, vi.Version)
 	if err != nil {
 		return nil, err
 	}
 	return x, nil
 }
 
-// newHandler serves /metrics, /healthz, /readyz and the landing page.
-func newHandler(reg *prometheus.Registry, sched *schedule.Scheduler, h *host, ver string) (http.Handler, error) {
+// newHandler serves /metrics (the registry's self-metrics, then the
+// collector's series), /healthz, /readyz and the landing page.
+func newHandler(reg *prometheus.Registry, c *promsink.Collector, sched *schedule.Scheduler, h *host, ver string) (http.Handler, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      slogErrorLog{h},
-		ErrorHandling: promhttp.ContinueOnError,
-		Registry:      reg,
-	}))
+	metrics, err := promsink.Handler(reg, c, func(err error) { h.log.Error("serving /metrics", "err", err) })
+	if err != nil {
+		return nil, fmt.Errorf("/metrics handler: %w", err)
+	}
+	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -295,8 +292,3 @@ func newHandler(reg *prometheus.Registry, sched *schedule.Scheduler, h *host, ve
 	mux.Handle("/", landing)
 	return mux, nil
 }
-
-// slogErrorLog adapts the logger to promhttp's error log.
-type slogErrorLog struct{ h *host }
-
-func (l slogErrorLog) Println(v ...any) { l.h.log.Error("serving /metrics", "err", fmt.Sprint(v...)) }

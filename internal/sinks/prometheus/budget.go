@@ -5,8 +5,6 @@ import (
 	"maps"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultMaxSeries is the default series budget (--prometheus.max-series):
@@ -42,22 +40,17 @@ type seriesBudget struct {
 	held map[string]int64 // series held per dataset
 	sum  int64
 
-	seriesDesc, droppedDesc, limitDesc *prometheus.Desc
+	seriesHelp, droppedHelp, limitHelp string
 }
 
 func newSeriesBudget(max int, log *slog.Logger) *seriesBudget {
 	return &seriesBudget{
-		max:  int64(max),
-		log:  log,
-		held: make(map[string]int64),
-		seriesDesc: prometheus.NewDesc("edgepipe_series",
-			"Series of a dataset held for /metrics (label sets × the metrics the dataset exports), counted against --prometheus.max-series.",
-			[]string{"dataset"}, nil),
-		droppedDesc: prometheus.NewDesc("edgepipe_series_limit_dropped_total",
-			"Series of new label sets of a dataset not exposed because --prometheus.max-series was reached; a label set still refused at a later publish counts again.",
-			[]string{"dataset"}, nil),
-		limitDesc: prometheus.NewDesc("edgepipe_series_limit",
-			"The series budget, --prometheus.max-series (absent when unlimited).", nil, nil),
+		max:         int64(max),
+		log:         log,
+		held:        make(map[string]int64),
+		seriesHelp:  "Series of a dataset held for /metrics (label sets × the metrics the dataset exports), counted against --prometheus.max-series.",
+		droppedHelp: "Series of new label sets of a dataset not exposed because --prometheus.max-series was reached; a label set still refused at a later publish counts again.",
+		limitHelp:   "The series budget, --prometheus.max-series (absent when unlimited).",
 	}
 }
 
@@ -106,17 +99,40 @@ func (b *seriesBudget) refused(d *datasetState, series int, now time.Time) {
 	d.unlogged = 0
 }
 
-// collect sends the budget's metrics for the datasets given (name → state,
-// whose locks the caller does not hold).
-func (b *seriesBudget) collect(ch chan<- prometheus.Metric, dss []*datasetState) {
-	for _, d := range dss {
-		d.mu.RLock()
-		series, dropped := float64(d.live*len(d.plans)), d.dropped
-		d.mu.RUnlock()
-		ch <- prometheus.MustNewConstMetric(b.seriesDesc, prometheus.GaugeValue, series, d.name)
-		ch <- prometheus.MustNewConstMetric(b.droppedDesc, prometheus.CounterValue, dropped, d.name)
+// appendText appends the budget's metrics for the datasets given (whose
+// locks the caller does not hold) in the text format.
+func (b *seriesBudget) appendText(buf []byte, dss []*datasetState) []byte {
+	if len(dss) > 0 {
+		buf = appendHeader(buf, "edgepipe_series", b.seriesHelp, false)
+		for _, d := range dss {
+			d.mu.RLock()
+			n := d.live * len(d.plans)
+			d.mu.RUnlock()
+			buf = appendSample(buf, "edgepipe_series", d.name, float64(n))
+		}
+		buf = appendHeader(buf, "edgepipe_series_limit_dropped_total", b.droppedHelp, true)
+		for _, d := range dss {
+			d.mu.RLock()
+			dropped := d.dropped
+			d.mu.RUnlock()
+			buf = appendSample(buf, "edgepipe_series_limit_dropped_total", d.name, dropped)
+		}
 	}
 	if b.max > 0 {
-		ch <- prometheus.MustNewConstMetric(b.limitDesc, prometheus.GaugeValue, float64(b.max))
+		buf = appendHeader(buf, "edgepipe_series_limit", b.limitHelp, false)
+		buf = append(buf, "edgepipe_series_limit "...)
+		buf = appendFloat(buf, float64(b.max))
+		buf = append(buf, '\n')
 	}
+	return buf
+}
+
+// appendSample appends one sample of name with label dataset.
+func appendSample(buf []byte, name, dataset string, v float64) []byte {
+	buf = append(buf, name...)
+	buf = append(buf, `{dataset="`...)
+	buf = appendLabelValue(buf, dataset)
+	buf = append(buf, `"} `...)
+	buf = appendFloat(buf, v)
+	return append(buf, '\n')
 }

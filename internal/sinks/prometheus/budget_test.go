@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
@@ -23,8 +22,7 @@ import (
 func TestSeriesBudget(t *testing.T) {
 	var logs bytes.Buffer
 	c := NewCollector(Options{MaxSeries: 11, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
+	reg := textGatherer{c}
 	ctx := context.Background()
 	errs := &metricsapi.Dataset{Name: "edge_errors", Dimensions: edgeDataset.Dimensions,
 		Metrics: []metricsapi.Metric{{Name: "requests_edge_total"}}}

@@ -1,7 +1,10 @@
-// Package prometheus is the Prometheus sink: a prometheus.Collector that
-// holds the newest state of every series of every dataset and builds const
-// metrics from it at scrape time (node_exporter style), plus the exporter's
-// own edgepipe_* self-metrics.
+// Package prometheus is the Prometheus sink: a Collector that holds the
+// newest state of every series of every dataset and writes it in the text
+// exposition format at scrape time (Handler serves it after the registry's
+// metrics), plus the exporter's own edgepipe_* self-metrics. Writing the
+// series straight from the state, instead of through const metrics and
+// protobuf objects, keeps a scrape of a million series fast and its memory
+// small.
 //
 // Names follow DESIGN.md: cdn_<dataset>_<metric> (the prefix is
 // Options.Prefix) with labels environment_id and the dataset's dimensions
@@ -28,8 +31,6 @@ import (
 	"sync"
 	"time"
 	"unique"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/schedule"
@@ -60,9 +61,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Collector is the Prometheus sink. It implements schedule.Publisher,
-// schedule.EnvironmentWatcher and prometheus.Collector; register it on a
-// registry and hand it to the scheduler. It is safe for concurrent use.
+// Collector is the Prometheus sink. It implements schedule.Publisher and
+// schedule.EnvironmentWatcher; hand it to the scheduler, and serve it with
+// Handler (or WriteText). It is safe for concurrent use.
 type Collector struct {
 	opts   Options
 	budget *seriesBudget
@@ -127,48 +128,6 @@ func NewCollector(opts Options) *Collector {
 		budget:   newSeriesBudget(opts.MaxSeries, opts.Logger),
 		datasets: make(map[string]*datasetState),
 	}
-}
-
-// Describe sends nothing: the metrics follow the dataset descriptors, which
-// are only known at run time, so the collector is unchecked.
-func (c *Collector) Describe(chan<- *prometheus.Desc) {}
-
-// Collect sends the current value of every series, and the budget's
-// self-metrics.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.RLock()
-	dss := make([]*datasetState, 0, len(c.datasets))
-	for _, d := range c.datasets {
-		dss = append(dss, d)
-	}
-	c.mu.RUnlock()
-	gaugeAge := int64(c.opts.GaugeMaxAge / time.Second)
-	for _, d := range dss {
-		d.mu.RLock()
-		gaugeFloor := d.dsNewest - gaugeAge
-		k, p := d.k, len(d.plans)
-		for i := range d.newest {
-			lbls := d.labels[i*k : (i+1)*k : (i+1)*k]
-			if lbls[0] == "" {
-				continue
-			}
-			gauges := d.newest[i] >= gaugeFloor
-			vals := d.vals[i*p : (i+1)*p]
-			for j, pl := range d.plans {
-				v := vals[j]
-				if math.IsNaN(v) {
-					continue
-				}
-				if pl.kind == kindCounter {
-					ch <- prometheus.MustNewConstMetric(pl.desc, prometheus.CounterValue, v, lbls...)
-				} else if gauges {
-					ch <- prometheus.MustNewConstMetric(pl.desc, prometheus.GaugeValue, v*pl.scale, lbls...)
-				}
-			}
-		}
-		d.mu.RUnlock()
-	}
-	c.budget.collect(ch, dss)
 }
 
 // SetEnvironments drops the series of every environment not in ids.
@@ -284,14 +243,13 @@ func (d *datasetState) prepare(b *schedule.Batch, prefix string) {
 		d.collide = nil
 		d.labels, d.vals, d.newest, d.free, d.live = nil, nil, nil, nil, 0
 	}
-	names := labelNames(b.Labels)
 	oldP := len(d.plans)
 	d.idxScratch = d.idxScratch[:0]
 	for _, m := range b.Metrics {
 		j, ok := d.byName[m]
 		if !ok {
 			j = len(d.plans)
-			d.plans = append(d.plans, plan(prefix, b.Dataset, m, names))
+			d.plans = append(d.plans, plan(prefix, b.Dataset, m))
 			d.byName[m] = j
 		}
 		d.idxScratch = append(d.idxScratch, j)

@@ -98,8 +98,7 @@ func TestName(t *testing.T) {
 
 func TestCountersGaugesAndRevisions(t *testing.T) {
 	c := NewCollector(Options{})
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
+	reg := textGatherer{c}
 	ctx := context.Background()
 	c.Publish(ctx, batch(
 		upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40),
@@ -161,8 +160,7 @@ func mustGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
 
 func TestEnvironmentsAndStaleness(t *testing.T) {
 	c := NewCollector(Options{SeriesTTL: time.Hour, GaugeMaxAge: 15 * time.Minute})
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(c)
+	reg := textGatherer{c}
 	ctx := context.Background()
 	c.Publish(ctx, batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1), upd("e2", "us", 0, nil, 2, 0.5, 8, 1, 1), upd("e1", "fr", 0, nil, 3, 0.5, 8, 1, 1)))
 	c.SetEnvironments([]string{"e1"})
@@ -309,8 +307,7 @@ func TestHashCollision(t *testing.T) {
 	if n := c.Series(); n != 2 || len(d.collide) != 1 {
 		t.Fatalf("%d series, %d in the collision map; want 2 and 1", n, len(d.collide))
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(c)
+	reg := textGatherer{c}
 	got := values(t, reg)
 	if got["cdn_edge_usage_by_country_requests_edge_total{country_code=de,environment_id=e2}"] != 4 ||
 		got["cdn_edge_usage_by_country_requests_edge_total{country_code=us,environment_id=e1}"] != 1 {

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 )
 
@@ -32,9 +30,11 @@ const (
 type metricPlan struct {
 	api   string
 	name  string // Prometheus metric name
+	help  string // the same for every plan of a name
 	kind  valueKind
 	scale float64 // multiplies the API value (1/8 for bits, 1/1000 for ms)
-	desc  *prometheus.Desc
+	// percentile is the value of the percentile label ("" for none).
+	percentile string
 }
 
 // Name returns the Prometheus metric name and the percentile label value
@@ -60,11 +60,11 @@ func Name(prefix, dataset, metric string) (name, percentile string) {
 	return sanitize(prefix) + "_" + sanitize(dataset) + "_" + sanitize(base), percentile
 }
 
-// plan returns how metric of ds is exposed, with its Desc.
-func plan(prefix string, ds *metricsapi.Dataset, metric string, labels []string) *metricPlan {
+// plan returns how metric of ds is exposed.
+func plan(prefix string, ds *metricsapi.Dataset, metric string) *metricPlan {
 	info := metricsapi.Classify(metric)
 	name, pct := Name(prefix, ds.Name, metric)
-	p := &metricPlan{api: metric, name: name, kind: kindGauge, scale: 1}
+	p := &metricPlan{api: metric, name: name, kind: kindGauge, scale: 1, percentile: pct}
 	var help string
 	desc := ""
 	for _, m := range ds.Metrics {
@@ -98,11 +98,7 @@ func plan(prefix string, ds *metricsapi.Dataset, metric string, labels []string)
 	if len(ds.Aggregated) > 0 {
 		help += fmt.Sprintf(" Over every %s (aggregated by the API: the exporter's selection leaves it out).", strings.Join(ds.Aggregated, " and "))
 	}
-	var constLabels prometheus.Labels
-	if pct != "" {
-		constLabels = prometheus.Labels{LabelPercentile: pct}
-	}
-	p.desc = prometheus.NewDesc(name, help, labels, constLabels)
+	p.help = help
 	return p
 }
 

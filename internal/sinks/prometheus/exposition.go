@@ -1,0 +1,302 @@
+package prometheus
+
+import (
+	"bufio"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+)
+
+// Handler serves /metrics: the registry's metrics (self-metrics, the Go and
+// process collectors) encoded by expfmt, then the collector's series written
+// straight from its state (WriteText), in the text format 0.0.4, gzipped
+// when the client accepts gzip. A registry that fails to gather is reported
+// to onError and what it did gather is served, as promhttp's
+// ContinueOnError does; errors are also counted in
+// promhttp_metric_handler_errors_total{cause}, as promhttp counts them.
+func Handler(reg *prometheus.Registry, c *Collector, onError func(error)) (http.Handler, error) {
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promhttp_metric_handler_errors_total",
+		Help: "Total number of internal errors encountered by the promhttp metric handler.",
+	}, []string{"cause"})
+	if err := reg.Register(errs); err != nil {
+		return nil, err
+	}
+	errs.WithLabelValues("gathering")
+	errs.WithLabelValues("encoding")
+	format := expfmt.NewFormat(expfmt.TypeTextPlain)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			errs.WithLabelValues("gathering").Inc()
+			onError(err)
+		}
+		h := w.Header()
+		h.Set("Content-Type", string(format))
+		var out io.Writer = w
+		if acceptsGzip(r) {
+			h.Set("Content-Encoding", "gzip")
+			h.Add("Vary", "Accept-Encoding")
+			gz, _ := gzip.NewWriterLevel(w, gzip.BestSpeed) // a valid level: no error
+			defer gz.Close()
+			out = gz
+		}
+		bw := bufio.NewWriterSize(out, 64<<10)
+		enc := expfmt.NewEncoder(bw, format)
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				errs.WithLabelValues("encoding").Inc()
+				onError(err)
+				return
+			}
+		}
+		if err := c.WriteText(bw); err == nil {
+			err = bw.Flush()
+		}
+		// A write error means the client went away: nothing to report.
+	}), nil
+}
+
+// acceptsGzip reports whether the request's Accept-Encoding allows gzip
+// (listed, and not with q=0).
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		enc, params, _ := strings.Cut(part, ";")
+		if !strings.EqualFold(strings.TrimSpace(enc), "gzip") {
+			continue
+		}
+		for _, param := range strings.Split(params, ";") {
+			if q, ok := strings.CutPrefix(strings.TrimSpace(param), "q="); ok {
+				f, err := strconv.ParseFloat(q, 64)
+				return err == nil && f > 0
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// family is one metric family of a dataset: the plans that share a name (the
+// percentiles of one stem), identified by API metric name so that a family
+// listed under one lock can be found again under the next.
+type family struct {
+	name string
+	apis []string
+}
+
+// WriteText writes every series the collector holds in the Prometheus text
+// format (0.0.4), family by family, straight from its state, then its
+// edgepipe_series, edgepipe_series_limit_dropped_total and
+// edgepipe_series_limit. Nothing is allocated per series, so a scrape of a
+// million series costs a buffer of its largest family rather than a
+// protobuf object per series. Each family is rendered under the dataset's
+// read lock into that buffer and written after the lock is released, so a
+// slow client never holds up polling. Counters are written always, gauges
+// while their label set's newest bucket is within Options.GaugeMaxAge of the
+// dataset's newest; a metric without a value is left out.
+func (c *Collector) WriteText(w io.Writer) error {
+	c.mu.RLock()
+	dss := make([]*datasetState, 0, len(c.datasets))
+	for _, d := range c.datasets {
+		dss = append(dss, d)
+	}
+	c.mu.RUnlock()
+	slices.SortFunc(dss, func(a, b *datasetState) int { return strings.Compare(a.name, b.name) })
+	gaugeAge := int64(c.opts.GaugeMaxAge / time.Second)
+	var buf []byte
+	for _, d := range dss {
+		d.mu.RLock()
+		fams := d.families()
+		d.mu.RUnlock()
+		for _, f := range fams {
+			d.mu.RLock()
+			buf = d.appendFamily(buf[:0], f, d.dsNewest-gaugeAge)
+			d.mu.RUnlock()
+			if _, err := w.Write(buf); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := w.Write(c.budget.appendText(buf[:0], dss))
+	return err
+}
+
+// families lists the dataset's metric families in name order; d.mu must be
+// held.
+func (d *datasetState) families() []family {
+	var out []family
+	for _, p := range d.plans {
+		i := slices.IndexFunc(out, func(f family) bool { return f.name == p.name })
+		if i < 0 {
+			out = append(out, family{name: p.name})
+			i = len(out) - 1
+		}
+		out[i].apis = append(out[i].apis, p.api)
+	}
+	slices.SortFunc(out, func(a, b family) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// appendFamily appends the text of family f to b: HELP and TYPE, then a
+// line per series that has a value (gauges only if the series' newest bucket
+// is not older than gaugeFloor). A family without a line is left out whole.
+// d.mu must be held.
+func (d *datasetState) appendFamily(b []byte, f family, gaugeFloor int64) []byte {
+	start := len(b)
+	names := labelNames(d.resultLbls)
+	k, p := d.k, len(d.plans)
+	lines := 0
+	for _, api := range f.apis {
+		j, ok := d.byName[api]
+		if !ok || j >= p || d.plans[j].name != f.name {
+			continue // the state changed since the family was listed
+		}
+		pl := d.plans[j]
+		counter := pl.kind == kindCounter
+		if len(b) == start {
+			b = appendHeader(b, pl.name, pl.help, counter)
+		}
+		order := labelOrder(names, pl.percentile != "")
+		for i := range d.newest {
+			lbls := d.labels[i*k : (i+1)*k : (i+1)*k]
+			if lbls[0] == "" {
+				continue
+			}
+			v := d.vals[i*p+j]
+			if math.IsNaN(v) {
+				continue
+			}
+			if !counter {
+				if d.newest[i] < gaugeFloor {
+					continue
+				}
+				v *= pl.scale
+			}
+			b = append(b, pl.name...)
+			for n, src := range order {
+				if n == 0 {
+					b = append(b, '{')
+				} else {
+					b = append(b, ',')
+				}
+				if src < 0 {
+					b = append(b, LabelPercentile...)
+					b = append(b, `="`...)
+					b = appendLabelValue(b, pl.percentile)
+				} else {
+					b = append(b, names[src]...)
+					b = append(b, `="`...)
+					b = appendLabelValue(b, lbls[src])
+				}
+				b = append(b, '"')
+			}
+			b = append(b, '}', ' ')
+			b = appendFloat(b, v)
+			b = append(b, '\n')
+			lines++
+		}
+	}
+	if lines == 0 {
+		return b[:start]
+	}
+	return b
+}
+
+// labelOrder returns the sources of a series' labels in name order, as
+// client_golang writes them: an index into names (the series' label
+// values), or -1 for the percentile label.
+func labelOrder(names []string, percentile bool) []int {
+	order := make([]int, 0, len(names)+1)
+	for i := range names {
+		order = append(order, i)
+	}
+	if percentile {
+		order = append(order, -1)
+	}
+	name := func(src int) string {
+		if src < 0 {
+			return LabelPercentile
+		}
+		return names[src]
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(name(a), name(b)) })
+	return order
+}
+
+// appendHeader appends a family's HELP and TYPE lines.
+func appendHeader(b []byte, name, help string, counter bool) []byte {
+	b = append(b, "# HELP "...)
+	b = append(b, name...)
+	b = append(b, ' ')
+	b = appendHelp(b, help)
+	b = append(b, "\n# TYPE "...)
+	b = append(b, name...)
+	if counter {
+		return append(b, " counter\n"...)
+	}
+	return append(b, " gauge\n"...)
+}
+
+// appendHelp appends help text escaped as the text format wants: \ and
+// newline.
+func appendHelp(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\':
+			b = append(b, `\\`...)
+		case '\n':
+			b = append(b, `\n`...)
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
+// appendLabelValue appends a label value escaped as the text format wants:
+// \, newline and ".
+func appendLabelValue(b []byte, s string) []byte {
+	if !strings.ContainsAny(s, "\\\n\"") {
+		return append(b, s...)
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\':
+			b = append(b, `\\`...)
+		case '\n':
+			b = append(b, `\n`...)
+		case '"':
+			b = append(b, `\"`...)
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
+}
+
+// appendFloat appends v as expfmt writes it.
+func appendFloat(b []byte, v float64) []byte {
+	switch {
+	case v == 1:
+		return append(b, '1')
+	case v == 0:
+		return append(b, '0')
+	case v == -1:
+		return append(b, "-1"...)
+	case math.IsNaN(v):
+		return append(b, "NaN"...)
+	case math.IsInf(v, +1):
+		return append(b, "+Inf"...)
+	case math.IsInf(v, -1):
+		return append(b, "-Inf"...)
+	}
+	return strconv.AppendFloat(b, v, 'g', -1, 64)
+}
