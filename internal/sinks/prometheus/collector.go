@@ -67,6 +67,8 @@ type Options struct {
 type Collector struct {
 	opts   Options
 	budget *seriesBudget
+	// textBufs keeps WriteText's buffers between scrapes.
+	textBufs sync.Pool
 
 	mu       sync.RWMutex
 	datasets map[string]*datasetState

@@ -111,7 +111,15 @@ func (c *Collector) WriteText(w io.Writer) error {
 	c.mu.RUnlock()
 	slices.SortFunc(dss, func(a, b *datasetState) int { return strings.Compare(a.name, b.name) })
 	gaugeAge := int64(c.opts.GaugeMaxAge / time.Second)
-	var buf []byte
+	// The buffer grows to the text of the largest family and is kept for
+	// the next scrape.
+	bp, _ := c.textBufs.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
+	}
+	defer c.textBufs.Put(bp)
+	buf := (*bp)[:0]
+	defer func() { *bp = buf[:0] }()
 	for _, d := range dss {
 		d.mu.RLock()
 		fams := d.families()
@@ -125,7 +133,8 @@ func (c *Collector) WriteText(w io.Writer) error {
 			}
 		}
 	}
-	_, err := w.Write(c.budget.appendText(buf[:0], dss))
+	buf = c.budget.appendText(buf[:0], dss)
+	_, err := w.Write(buf)
 	return err
 }
 
