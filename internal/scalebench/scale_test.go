@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -44,7 +45,14 @@ type run struct {
 	// cycles are the poll cycles measured after the first (which fetches
 	// the whole settle window and creates every series).
 	cycles int
+	// prometheus has a real Prometheus scrape the exporter every
+	// prometheusInterval, to record what its scrapes take.
+	prometheus bool
 }
+
+// prometheusInterval is the scrape interval and timeout of the measuring
+// Prometheus (a common production setting).
+const prometheusInterval = 15 * time.Second
 
 // result is what one run measured.
 type result struct {
@@ -62,6 +70,10 @@ type result struct {
 	rss, peakRSS      int64
 	rowsPerCycle      float64 // ClickHouse rows written per cycle
 	firstPoll         time.Duration
+	// promScrape is Prometheus's slowest scrape_duration_seconds of the
+	// exporter over the measured cycles, promSamples its samples.
+	promScrape  time.Duration
+	promSamples int
 }
 
 // measure starts the simulator (in this process, so its cost does not count
@@ -91,6 +103,10 @@ func measure(tb testing.TB, r run) result {
 	started := time.Now()
 	pid, logPath := startExporter(tb, bin, env, args)
 	url := "http://" + addr
+	var prom *testenv.PrometheusServer
+	if r.prometheus {
+		prom = testenv.PrometheusScrape(tb, testenv.ScrapeJob{Name: "exporter", Targets: []string{addr}, ScrapeInterval: prometheusInterval})
+	}
 
 	// Ready: discovery and a first successful poll of every dataset.
 	waitFor(tb, 15*time.Minute, func() error {
@@ -141,6 +157,41 @@ func measure(tb testing.TB, r run) result {
 	}
 	res.pollMean = took / time.Duration(r.cycles*len(polls))
 	res.rowsPerCycle = float64(rows) / float64(r.cycles)
+	if prom != nil {
+		window := model.Duration(max(time.Duration(r.cycles)*r.pollInterval, 2*prometheusInterval))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		waitFor(tb, 2*prometheusInterval, func() error { // a scrape with the series
+			v, err := prom.Query(ctx, `scrape_samples_scraped{job="exporter"} > 1000`)
+			if vec, ok := v.(model.Vector); err != nil || !ok || len(vec) == 0 {
+				return fmt.Errorf("no scrape of the exporter's series yet (%v)", err)
+			}
+			return nil
+		})
+		for _, q := range []struct {
+			expr string
+			into func(float64)
+		}{
+			{fmt.Sprintf(`max_over_time(scrape_duration_seconds{job="exporter"}[%s])`, window),
+				func(v float64) { res.promScrape = time.Duration(v * float64(time.Second)) }},
+			{`scrape_samples_scraped{job="exporter"}`, func(v float64) { res.promSamples = int(v) }},
+			{`up{job="exporter"}`, func(v float64) {
+				if v != 1 {
+					tb.Errorf("Prometheus's last scrape of the exporter failed (up %v)", v)
+				}
+			}},
+		} {
+			v, err := prom.Query(ctx, q.expr)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			vec, ok := v.(model.Vector)
+			if !ok || len(vec) != 1 {
+				tb.Fatalf("%s: %v", q.expr, v)
+			}
+			q.into(float64(vec[0].Value))
+		}
+	}
 
 	// What ClickHouse wrote, once its queue is empty: never more than the
 	// rows published.
@@ -420,20 +471,27 @@ func (r result) row() string {
 	if r.series > 0 {
 		perSeries = fmt.Sprintf("%d B", r.rss/int64(r.series))
 	}
-	return fmt.Sprintf("| %s | %d | %s / %s | %s | %s | %s | %s / %s | %s (peak %s) | %s | %s |",
+	promScrape := "–"
+	if r.prometheus {
+		promScrape = fmt.Sprintf("%s (%s samples)", round(r.promScrape), thousands(r.promSamples))
+	}
+	return fmt.Sprintf("| %s | %d | %s / %s | %s | %s | %s | %s | %s / %s | %s (peak %s) | %s | %s |",
 		r.name, r.requestsPerCycle[len(r.requestsPerCycle)-1], round(r.pollMean), round(r.pollMax), round(r.firstPoll),
-		thousands(r.series), round(r.scrape), mib(r.wireBytes), mib(r.bytes), mib64(r.rss), mib64(r.peakRSS), perSeries,
+		thousands(r.series), round(r.scrape), promScrape, mib(r.wireBytes), mib(r.bytes), mib64(r.rss), mib64(r.peakRSS), perSeries,
 		thousands(int(math.Round(r.rowsPerCycle))))
 }
 
-const tableHeader = "| configuration | requests / cycle | poll mean / slowest dataset | first poll (ready) | series | scrape | scrape bytes gzip / text | exporter RSS | RSS / series | ClickHouse rows / cycle |\n" +
-	"|---|---|---|---|---|---|---|---|---|---|"
+const tableHeader = "| configuration | requests / cycle | poll mean / slowest dataset | first poll (ready) | series | scrape | Prometheus's slowest scrape | scrape bytes gzip / text | exporter RSS | RSS / series | ClickHouse rows / cycle |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|"
 
 func round(d time.Duration) string {
-	if d >= 10*time.Second {
+	switch {
+	case d >= 10*time.Second:
 		return d.Round(time.Second).String()
+	case d >= 100*time.Millisecond:
+		return d.Round(10 * time.Millisecond).String()
 	}
-	return d.Round(10 * time.Millisecond).String()
+	return d.Round(time.Millisecond).String()
 }
 
 func mib(n int) string     { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
@@ -460,7 +518,7 @@ func TestScaleSmoke(t *testing.T) {
 		t.Skip("starts the exporter and ClickHouse")
 	}
 	for _, r := range []run{
-		{name: "lean", args: []string{"--config.file=" + leanConfig}},
+		{name: "lean", args: []string{"--config.file=" + leanConfig}, prometheus: true},
 		{name: "default, --prometheus.max-series=20000", args: []string{"--prometheus.max-series=20000"}},
 	} {
 		r.properties, r.environments, r.pollInterval, r.cycles = 3, 60, 5*time.Second, 2
@@ -481,9 +539,11 @@ func TestScaleSmoke(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkScale -benchtime 1x -timeout 90m ./internal/scalebench
 func BenchmarkScale(b *testing.B) {
 	runs := []run{
+		// Without a budget, to measure the default selection whole (a
+		// Prometheus for a million series would not fit here beside it).
 		{name: "default selection, --prometheus.max-series=0", args: []string{"--prometheus.max-series=0"}},
-		{name: "default selection, default budget"},
-		{name: "examples/lean.yaml", args: []string{"--config.file=" + leanConfig}},
+		{name: "default selection, default budget", prometheus: true},
+		{name: "examples/lean.yaml", args: []string{"--config.file=" + leanConfig}, prometheus: true},
 	}
 	if only := os.Getenv("EDGEPIPE_SCALE_RUN"); only != "" {
 		runs = slices.DeleteFunc(runs, func(r run) bool { return !strings.Contains(r.name, only) })
