@@ -121,7 +121,8 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 		deps.ready <- x
 	}
 	h.log.Info("exporter running", "granularity", h.common.granularity, "poll_interval", f.pollInterval,
-		"settle_window", x.sched.SettleWindow(), "shard", fmt.Sprintf("%d/%d", h.common.shard.Index, h.common.shard.Count))
+		"settle_window", x.sched.SettleWindow(), "shard", fmt.Sprintf("%d/%d", h.common.shard.Index, h.common.shard.Count),
+		"config_file", h.common.config.Source, "prefix", h.common.config.Prefix, "max_series", f.maxSeries)
 
 	var result error
 	schedDone := false

@@ -202,3 +202,44 @@ func TestHandler(t *testing.T) {
 		t.Errorf("errors reported: %v", errs)
 	}
 }
+
+// TestWriteTextWhilePublishing scrapes while batches (new label sets,
+// revisions, a new metric, vanished environments) arrive: every scrape
+// parses, and (under -race) nothing races.
+func TestWriteTextWhilePublishing(t *testing.T) {
+	c := NewCollector(Options{MaxSeries: 2000})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ctx := context.Background()
+		for i := range 200 {
+			env := string(rune('a' + i%7))
+			b := batch(upd(env, "us", i, nil, 1, 0.5, 8, 1, 1), upd(env, string(rune('A'+i%26)), i, nil, 2, 0.5, 8, 1, 1))
+			if i%50 == 49 {
+				b.Metrics = append(append([]string{}, edgeMetrics...), "requests_hit_total")
+				for j := range b.Updates {
+					b.Updates[j].Row.Values = append(b.Updates[j].Row.Values, 3)
+				}
+			}
+			c.Publish(ctx, b)
+			if i%40 == 39 {
+				c.SetEnvironments([]string{"a", "b", "c"})
+			}
+		}
+	}()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		var b bytes.Buffer
+		if err := c.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		p := expfmt.NewTextParser(model.LegacyValidation)
+		if _, err := p.TextToMetricFamilies(&b); err != nil {
+			t.Fatalf("a scrape during publishing does not parse: %v", err)
+		}
+	}
+}
