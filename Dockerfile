@@ -2,14 +2,16 @@
 #
 # edgepipe: exporter, rtld-receiver and platform-sim in one small image.
 #
-#   docker build --build-arg VERSION=$(git describe --tags --always) \
+#   docker build --build-arg VERSION=$(make -s version) \
 #                --build-arg REVISION=$(git rev-parse HEAD) -t edgepipe .
 #   docker run --rm -p 9780:9780 edgepipe                       # exporter --simulate
 #   docker run --rm -p 9781:9781 --entrypoint /usr/local/bin/rtld-receiver edgepipe --simulate
 #
 # The binaries are built exactly as `make build` builds them: static
 # (CGO_ENABLED=0), -trimpath, -ldflags "-s -w -X …" with the same version
-# variables (internal/deploytest checks the two stay in step).
+# variables; without --build-arg VERSION the stamp is v<the VERSION file>, as
+# `make build`'s without a git tag (internal/deploytest checks the two stay
+# in step). The image's version label is set only from the build argument.
 
 ARG GO_VERSION=1.26
 
@@ -17,7 +19,7 @@ FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 WORKDIR /src
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
-ARG VERSION=dev
+ARG VERSION=
 ARG REVISION=unknown
 ARG BUILDDATE=unknown
 ENV CGO_ENABLED=0 GOFLAGS=-buildvcs=false
@@ -27,6 +29,7 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     set -e; \
+    VERSION=${VERSION:-v$(cat VERSION)}; \
     VPKG=github.com/edgepipe/edgepipe/internal/version; \
     PVPKG=github.com/prometheus/common/version; \
     for cmd in exporter rtld-receiver platform-sim; do \
@@ -40,7 +43,7 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 # distroless static: CA certificates, tzdata, /etc/passwd with the nonroot
 # user (65532), no shell, no package manager.
 FROM gcr.io/distroless/static-debian12:nonroot
-ARG VERSION=dev
+ARG VERSION=
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="edgepipe" \
       org.opencontainers.image.description="CDN metrics and real-time access logs to Prometheus, OpenTelemetry, ClickHouse and Kafka" \

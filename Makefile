@@ -5,7 +5,10 @@
 GO        ?= go
 BIN       ?= bin
 CMDS      := exporter rtld-receiver platform-sim
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The version stamp: `git describe` when a tag (v*) is reachable (e.g. v0.1.0,
+# v0.1.0-3-gabc1234-dirty), otherwise v<the VERSION file> (the Dockerfile's
+# fallback too; internal/deploytest checks they agree).
+VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v$$(cat VERSION))
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDDATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 VPKG      := github.com/edgepipe/edgepipe/internal/version
@@ -19,7 +22,7 @@ FUZZTIME     ?= 10s
 BENCH        ?= .
 BENCHTIME    ?= 1s
 
-.PHONY: all build demo test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet helm-lint clean help
+.PHONY: all build version demo test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet helm-lint clean help
 
 all: lint build test
 
@@ -33,8 +36,11 @@ build: ## build the binaries into ./bin (static, version-stamped)
 		CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/$$c ./cmd/$$c || exit 1; \
 	done
 
-demo: ## run simulator, exporter and receiver on loopback; Ctrl-C stops all
-	@BIN=$(BIN) GO=$(GO) MAKE=$(MAKE) ./scripts/demo.sh
+version: ## print the version `make build` stamps
+	@echo $(VERSION)
+
+demo: ## run simulator, exporter and receiver on loopback (and Prometheus with the chart's alerts, if installed); Ctrl-C stops all
+	@BIN=$(BIN) GO=$(GO) MAKE=$(MAKE) exec ./scripts/demo.sh
 
 test: ## the whole suite, integration tests included (real services; see `make deps`)
 	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...

@@ -3,9 +3,12 @@
 # with nothing but Go. Builds the binaries, starts
 #   platform-sim   127.0.0.1:9790  (API + token endpoint, delivers RTLD batches)
 #   exporter       127.0.0.1:9780  (/metrics)
-#   rtld-receiver  127.0.0.1:9781  (ingest + /metrics)
+#   rtld-receiver  127.0.0.1:9781  (ingest + /metrics, TLS)
+#   prometheus     127.0.0.1:9090  (only when installed: scrapes both, with the
+#                                   Helm chart's alerts when helm is installed)
 # (skipping any whose binary is missing), prints where to look, and stops everything
-# on Ctrl-C. Logs go to $DEMO_DIR (default ./data/demo).
+# on Ctrl-C. Logs go to $DEMO_DIR (default ./data/demo). Every address and
+# directory can be overridden, see the README's "Quick start".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +19,11 @@ DEMO_DIR=${DEMO_DIR:-./data/demo}
 SIM_ADDR=${SIM_ADDR:-127.0.0.1:9790}
 EXPORTER_ADDR=${EXPORTER_ADDR:-127.0.0.1:9780}
 RECEIVER_ADDR=${RECEIVER_ADDR:-127.0.0.1:9781}
+PROMETHEUS_ADDR=${PROMETHEUS_ADDR:-127.0.0.1:9090}
+# Programs found on PATH (helm also in Go's bin directory, where `make deps`
+# installs it); a path, or "none" to leave Prometheus out.
+PROMETHEUS_BIN=${PROMETHEUS_BIN:-prometheus}
+HELM_BIN=${HELM_BIN:-helm}
 SIM_URL="http://$SIM_ADDR"
 # The simulator's demo organization and credentials (internal/platformsim).
 ORG_ID=${EDGEPIPE_ORGANIZATION_ID:-7c1e5a0d-3b94-4f26-8d1a-5e0b9c2f4a61}
@@ -23,9 +31,53 @@ export EDGEPIPE_CLIENT_ID=${EDGEPIPE_CLIENT_ID:-edgepipe-demo}
 export EDGEPIPE_CLIENT_SECRET=${EDGEPIPE_CLIENT_SECRET:-edgepipe-demo-secret}
 export EDGEPIPE_RTLD_USERNAME=${EDGEPIPE_RTLD_USERNAME:-edgepipe-demo}
 export EDGEPIPE_RTLD_PASSWORD=${EDGEPIPE_RTLD_PASSWORD:-edgepipe-demo-rtld}
+# The chart's alerts select their targets by the namespace and pod labels
+# the Prometheus Operator adds; the demo's scrape jobs add the same labels,
+# for the rules of a release "edgepipe" in the namespace "demo".
+CHART=deploy/helm/edgepipe
+RULES_RELEASE=edgepipe
+RULES_NAMESPACE=demo
+
+# find_program NAME: the path of NAME (a path, or a name looked up on PATH
+# and in Go's bin directory), or nothing.
+find_program() {
+	local p=$1
+	[ "$p" = none ] && return 0
+	if [[ "$p" == */* ]]; then
+		[ -x "$p" ] && echo "$p"
+		return 0
+	fi
+	if command -v "$p" 2>/dev/null; then return 0; fi
+	local gobin
+	gobin=$("$GO" env GOBIN)
+	[ -n "$gobin" ] || gobin="$("$GO" env GOPATH | cut -d: -f1)/bin"
+	[ -x "$gobin/$p" ] && echo "$gobin/$p"
+	return 0
+}
+
+# listening HOST:PORT: whether something accepts connections there.
+listening() {
+	(exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null
+}
+
+# check_free HOST:PORT VAR: fails when the address is taken (another demo,
+# or your own Prometheus on 9090), naming the variable that moves it.
+check_free() {
+	if listening "$1"; then
+		echo "demo: $1 is already in use; stop what listens there or set $2 to another address" >&2
+		exit 1
+	fi
+}
+
+prometheus=$(find_program "$PROMETHEUS_BIN")
+check_free "$SIM_ADDR" SIM_ADDR
+check_free "$EXPORTER_ADDR" EXPORTER_ADDR
+check_free "$RECEIVER_ADDR" RECEIVER_ADDR
+[ -z "$prometheus" ] || check_free "$PROMETHEUS_ADDR" PROMETHEUS_ADDR
 
 "$MAKE" --no-print-directory build BIN="$BIN" GO="$GO"
 mkdir -p "$DEMO_DIR"
+DEMO_DIR=$(cd "$DEMO_DIR" && pwd)
 
 pids=()
 names=()
@@ -48,7 +100,18 @@ stop_all() {
 trap stop_all EXIT
 trap 'exit 130' INT TERM
 
-# start NAME ARGS…: runs $BIN/NAME in the background, logging to $DEMO_DIR.
+# run NAME PROGRAM ARGS…: runs PROGRAM in the background, logging to
+# $DEMO_DIR/NAME.log.
+run() {
+	local name=$1 program=$2
+	shift 2
+	"$program" "$@" >"$DEMO_DIR/$name.log" 2>&1 &
+	pids+=($!)
+	names+=("$name")
+	echo "demo: started $name (pid $!, log $DEMO_DIR/$name.log)"
+}
+
+# start NAME ARGS…: runs $BIN/NAME, or says it is missing.
 start() {
 	local name=$1
 	shift
@@ -56,10 +119,7 @@ start() {
 		echo "demo: $name not found in $BIN, skipped"
 		return 1
 	fi
-	"$BIN/$name" "$@" >"$DEMO_DIR/$name.log" 2>&1 &
-	pids+=($!)
-	names+=("$name")
-	echo "demo: started $name (pid $!, log $DEMO_DIR/$name.log)"
+	run "$name" "$BIN/$name" "$@"
 }
 
 # wait_port HOST:PORT NAME: waits up to 15s for a listener; fails if the
@@ -67,7 +127,7 @@ start() {
 wait_port() {
 	local addr=$1 name=$2 pid=${pids[-1]}
 	for _ in $(seq 1 150); do
-		if (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then return 0; fi
+		if listening "$addr"; then return 0; fi
 		if ! kill -0 "$pid" 2>/dev/null; then
 			echo "demo: $name exited; last log lines:" >&2
 			tail -n 20 "$DEMO_DIR/$name.log" >&2
@@ -81,8 +141,9 @@ wait_port() {
 
 # The platform posts log batches only to https: the receiver serves TLS with a
 # self-signed certificate made by the Go distribution's own generator, and the
-# simulator (demo only) skips verifying it.
-TLS_DIR=$(cd "$DEMO_DIR" && pwd)/tls
+# simulator (demo only) skips verifying it. Prometheus verifies it against
+# the certificate itself.
+TLS_DIR=$DEMO_DIR/tls
 if [ ! -s "$TLS_DIR/cert.pem" ]; then
 	mkdir -p "$TLS_DIR"
 	(cd "$TLS_DIR" && "$GO" run "$("$GO" env GOROOT)/src/crypto/tls/generate_cert.go" \
@@ -100,13 +161,16 @@ if start platform-sim --web.listen-address="$SIM_ADDR" --delivery.insecure-skip-
 	have_sim=true
 fi
 
+have_exporter=false
 if start exporter \
 	--api.url="$SIM_URL" --auth.url="$SIM_URL" \
 	--organization-id="$ORG_ID" \
 	--web.listen-address="$EXPORTER_ADDR"; then
 	wait_port "$EXPORTER_ADDR" exporter
+	have_exporter=true
 fi
 
+have_receiver=false
 if [ -x "$BIN/rtld-receiver" ]; then
 	envs=${EDGEPIPE_ENVIRONMENT_ID:-}
 	if [ -z "$envs" ] && $have_sim; then
@@ -122,6 +186,7 @@ if [ -x "$BIN/rtld-receiver" ]; then
 			--spool.dir="$DEMO_DIR/spool" \
 			--web.listen-address="$RECEIVER_ADDR"; then
 			wait_port "$RECEIVER_ADDR" rtld-receiver
+			have_receiver=true
 		fi
 	else
 		echo "demo: rtld-receiver skipped (no simulator to find environments in; set EDGEPIPE_ENVIRONMENT_ID)"
@@ -135,6 +200,72 @@ if ((${#pids[@]} == 0)); then
 	exit 0
 fi
 
+# Prometheus, when installed, with the chart's alerts rendered by helm from
+# templates/prometheusrule.yaml: the one source of the rules.
+have_prometheus=false
+rules_note=""
+if [ -z "$prometheus" ]; then
+	[ "$PROMETHEUS_BIN" = none ] || echo "demo: prometheus not found (\`make deps\` installs it), skipped"
+elif $have_exporter || $have_receiver; then
+	PROM_DIR=$DEMO_DIR/prometheus
+	mkdir -p "$PROM_DIR"
+	rule_files="[]"
+	helm=$(find_program "$HELM_BIN")
+	if [ -n "$helm" ]; then
+		"$helm" template "$RULES_RELEASE" "$CHART" --namespace "$RULES_NAMESPACE" \
+			--set metrics.prometheusRule.enabled=true \
+			--show-only templates/prometheusrule.yaml >"$PROM_DIR/prometheusrule.yaml"
+		# The PrometheusRule's spec is a Prometheus rule file.
+		awk '/^spec:$/ { spec = 1; next } spec { sub(/^  /, ""); print }' \
+			"$PROM_DIR/prometheusrule.yaml" >"$PROM_DIR/rules.yml"
+		rule_files="[rules.yml]"
+	else
+		rm -f "$PROM_DIR/rules.yml"
+		rules_note=" (no alerts: helm not found; \`make deps\` installs it)"
+		echo "demo: helm not found, so Prometheus runs without the chart's alerts"
+	fi
+	{
+		cat <<YML
+# Written by scripts/demo.sh. The namespace and pod labels are those the
+# Prometheus Operator would add, so the chart's alerts (rules.yml, from
+# helm template) select these targets as they do in Kubernetes.
+global:
+  scrape_interval: 5s
+  scrape_timeout: 5s
+  evaluation_interval: 5s
+rule_files: $rule_files
+scrape_configs:
+YML
+		if $have_exporter; then
+			cat <<YML
+  - job_name: edgepipe-exporter
+    static_configs:
+      - targets: ["$EXPORTER_ADDR"]
+        labels: {namespace: $RULES_NAMESPACE, pod: $RULES_RELEASE-exporter-0}
+YML
+		fi
+		if $have_receiver; then
+			cat <<YML
+  - job_name: edgepipe-receiver
+    scheme: https
+    tls_config:
+      ca_file: $TLS_DIR/cert.pem
+    static_configs:
+      - targets: ["$RECEIVER_ADDR"]
+        labels: {namespace: $RULES_NAMESPACE, pod: $RULES_RELEASE-receiver-0}
+YML
+		fi
+	} >"$PROM_DIR/prometheus.yml"
+	run prometheus "$prometheus" \
+		--config.file="$PROM_DIR/prometheus.yml" \
+		--storage.tsdb.path="$PROM_DIR/data" \
+		--storage.tsdb.retention.time=1d \
+		--web.listen-address="$PROMETHEUS_ADDR"
+	wait_port "$PROMETHEUS_ADDR" prometheus
+	have_prometheus=true
+fi
+
+PROM_URL="http://$PROMETHEUS_ADDR"
 cat <<MSG
 
 edgepipe demo is running: ${names[*]}
@@ -143,8 +274,21 @@ edgepipe demo is running: ${names[*]}
   receiver metrics    curl -sk https://$RECEIVER_ADDR/metrics | grep '^edgepipe_rtld_'
   receiver spool      ls $DEMO_DIR/spool
   logs                tail -f $DEMO_DIR/*.log
-Press Ctrl-C to stop.
 MSG
+if $have_prometheus; then
+	cat <<MSG
+  prometheus          $PROM_URL   (targets: $PROM_URL/targets, alerts: $PROM_URL/alerts)$rules_note
+
+Queries to try in $PROM_URL/graph:
+  CDN requests per second at the edge, top 5 countries (exporter)
+    topk(5, sum by (country_code) (rate(cdn_edge_usage_by_country_requests_edge_total[5m])))
+  access-log records per second received, by outcome (receiver)
+    sum by (status) (rate(edgepipe_rtld_records_received_total[1m]))
+  seconds since the end of each dataset's newest bucket (how fresh the exported data is)
+    max by (dataset) (edgepipe_bucket_lag_seconds)
+MSG
+fi
+echo "Press Ctrl-C to stop."
 
 # Wait until Ctrl-C or until one of the programs exits.
 set +e

@@ -120,12 +120,12 @@ func (e *backfillExtension) run(ctx context.Context, h *host) error {
 		return err
 	}
 	defer sink.Close(context.Background())
-	db, err := sink.DB(ctx)
+	schema, err := sink.Schema(ctx)
 	if err != nil {
 		return fmt.Errorf("backfill: %w", err)
 	}
 	var progress backfill.Progress
-	progress, err = backfill.NewClickHouseProgress(ctx, db)
+	progress, err = backfill.NewClickHouseProgress(ctx, schema)
 	if err != nil {
 		return err
 	}

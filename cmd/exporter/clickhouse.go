@@ -28,6 +28,7 @@ type clickhouseFlags struct {
 	retention    model.Duration
 	maxBackfill  model.Duration
 	cluster      string
+	insertQuorum int
 	queueRows    int
 }
 
@@ -40,13 +41,15 @@ func addClickHouseFlags(cmd *kingpin.CmdClause, forBackfill bool) *clickhouseFla
 		Envar("EDGEPIPE_CLICKHOUSE_DSN").PlaceHolder("clickhouse://HOST:9000/DB").StringVar(&f.dsn)
 	cmd.Flag("clickhouse.password-file", "File holding the ClickHouse password (instead of "+envClickHousePassword+").").
 		StringVar(&f.passwordFile)
-	cmd.Flag("clickhouse.retention", "Drop rows older than this (table TTL, e.g. 32d; servers from 19.6 on). 0 keeps everything.").
+	cmd.Flag("clickhouse.retention", "Drop rows older than this, e.g. 32d: a table TTL from ClickHouse 19.6 on; on older servers whole monthly partitions are dropped once all their rows are older. 0 keeps everything.").
 		Default("0s").SetValue(&f.retention)
 	maxBackfill := cmd.Flag("clickhouse.max-backfill", "At start, resume each dataset from the newest stored bucket, but reach back at most this far (e.g. 24h, 3d).").
 		Default("24h")
 	maxBackfill.SetValue(&f.maxBackfill)
-	cmd.Flag("clickhouse.cluster", "Create tables ON CLUSTER with Replicated engines and a Distributed table per dataset (needs macros {shard} and {replica}).").
+	cmd.Flag("clickhouse.cluster", "The cluster (remote_servers) the DSN's server belongs to: Replicated <dataset>_local tables on every node and a Distributed <dataset> sharded by environment, created ON CLUSTER, checked and completed on every node; synchronous inserts (needs macros {shard} and {replica}).").
 		PlaceHolder("NAME").StringVar(&f.cluster)
+	cmd.Flag("clickhouse.insert-quorum", "With --clickhouse.cluster: an INSERT succeeds only once this many replicas of its shard have the rows (insert_quorum; 0 = one replica).").
+		Default("0").IntVar(&f.insertQuorum)
 	queue := cmd.Flag("clickhouse.queue-rows", "Rows held in memory while ClickHouse is slow or down; beyond it batches are dropped and counted.").
 		Default("1000000")
 	queue.IntVar(&f.queueRows)
@@ -85,20 +88,24 @@ func (f *clickhouseFlags) newSink(h *host, reg prometheus.Registerer) (*metricta
 	if f.retention < 0 || f.maxBackfill < 0 {
 		return nil, fmt.Errorf("--clickhouse.retention and --clickhouse.max-backfill must not be negative")
 	}
+	if f.insertQuorum < 0 || (f.insertQuorum > 1 && f.cluster == "") {
+		return nil, fmt.Errorf("--clickhouse.insert-quorum %d: want 0 or more, and above 1 only with --clickhouse.cluster (a quorum counts replicas)", f.insertQuorum)
+	}
 	var now func() time.Time // the platform's clock when the command follows it
 	if h.platformClock != nil {
 		now = h.platformClock.Now
 	}
 	sink, err := metrictables.NewSink(metrictables.SinkConfig{
-		Now:         now,
-		DSN:         strings.TrimSpace(f.dsn),
-		Password:    pw,
-		Retention:   time.Duration(f.retention),
-		Cluster:     f.cluster,
-		MaxBackfill: time.Duration(f.maxBackfill),
-		QueueRows:   f.queueRows,
-		Logger:      h.log.With("component", "clickhouse"),
-		Registerer:  reg,
+		Now:          now,
+		DSN:          strings.TrimSpace(f.dsn),
+		Password:     pw,
+		Retention:    time.Duration(f.retention),
+		Cluster:      f.cluster,
+		InsertQuorum: f.insertQuorum,
+		MaxBackfill:  time.Duration(f.maxBackfill),
+		QueueRows:    f.queueRows,
+		Logger:       h.log.With("component", "clickhouse"),
+		Registerer:   reg,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ClickHouse sink: %w", err)
@@ -130,7 +137,7 @@ func (e *clickhouseExtension) setup(_ context.Context, h *host) (parts, error) {
 	}
 	sink.Start()
 	h.log.Info("ClickHouse sink enabled", "dsn", clickhouse.RedactDSN(e.flags.dsn),
-		"max_backfill", e.flags.maxBackfill.String(), "retention", e.flags.retention.String(), "cluster", e.flags.cluster)
+		"max_backfill", e.flags.maxBackfill.String(), "retention", e.flags.retention.String(), "cluster", e.flags.cluster, "insert_quorum", e.flags.insertQuorum)
 	return parts{
 		publishers: []schedule.NamedPublisher{{Name: "clickhouse", Publisher: sink}},
 		resume:     sink,

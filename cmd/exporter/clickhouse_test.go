@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/testenv"
@@ -67,5 +70,40 @@ func TestRunWithClickHouse(t *testing.T) {
 		if !strings.Contains(string(body), name) {
 			t.Errorf("/metrics lacks %s", name)
 		}
+	}
+}
+
+// TestClickHouseFlags: the sink's flags are checked before anything
+// connects.
+func TestClickHouseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn"}},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.cluster=c", "--clickhouse.insert-quorum=2"}},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.insert-quorum=2"}, wantErr: "only with --clickhouse.cluster"},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.cluster=c", "--clickhouse.insert-quorum=-1"}, wantErr: "--clickhouse.insert-quorum"},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.queue-rows=0"}, wantErr: "--clickhouse.queue-rows"},
+		{args: []string{"--clickhouse.dsn=http://h:8123/cdn"}, wantErr: "clickhouse://"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			app := kingpin.New("t", "")
+			f := addClickHouseFlags(app.Command("run", "").Default(), false)
+			if _, err := app.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			sink, err := f.newSink(&host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = sink.Close(context.Background())
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("err %v, want one mentioning %q", err, tc.wantErr)
+			}
+		})
 	}
 }

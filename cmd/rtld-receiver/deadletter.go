@@ -181,7 +181,10 @@ func buildSink(name string, f *flags, sec sinkSecrets, log *slog.Logger) (delive
 		}
 		return k, func() { _ = k.Close() }, nil
 	case receiver.SinkClickHouse:
-		cfg := clickhouseConfig(f, sec.clickhousePassword)
+		cfg, err := clickhouseConfig(f, sec.clickhousePassword)
+		if err != nil {
+			return nil, nil, err
+		}
 		if cfg == nil {
 			return nil, nil, errors.New("there are ClickHouse dead letters: give --clickhouse.dsn as the receiver runs with (or --sink kafka)")
 		}

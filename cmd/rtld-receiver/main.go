@@ -31,6 +31,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
@@ -78,6 +79,9 @@ type flags struct {
 	kafkaTLSInsecure    bool
 	kafkaSASLMechanism  string
 	clickhouseDSN       string
+	clickhouseCluster   string
+	clickhouseQuorum    int
+	clickhouseRetention model.Duration
 	spoolDir            string
 	spoolMaxBytes       units.Base2Bytes
 	spoolSegmentBytes   units.Base2Bytes
@@ -130,6 +134,9 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("kafka.max-message-bytes", "Largest record batch the Kafka brokers accept (their message.max.bytes or the topic's max.message.bytes); the writer's batches stay under it and a record too large for it alone is dead-lettered for Kafka (it still reaches ClickHouse). Must be at least --ingest.max-record-bytes.").Default("1MiB").BytesVar(&f.kafkaMaxMessageBytes)
 	app.Flag("kafka.sasl.mechanism", "Kafka SASL mechanism: none, plain, scram-sha-256, scram-sha-512. The username and password come only from EDGEPIPE_KAFKA_USERNAME and EDGEPIPE_KAFKA_PASSWORD (or their _FILE variants).").Default(kafkasink.SASLNone).EnumVar(&f.kafkaSASLMechanism, kafkasink.SASLMechanisms...)
 	app.Flag("clickhouse.dsn", "ClickHouse DSN (native protocol), e.g. clickhouse://127.0.0.1:9000/cdn; enables the ClickHouse sink (table access_logs). The password may come from EDGEPIPE_CLICKHOUSE_PASSWORD.").Envar("EDGEPIPE_CLICKHOUSE_DSN").StringVar(&f.clickhouseDSN)
+	app.Flag("clickhouse.cluster", "The cluster (remote_servers) the DSN's server belongs to: a Replicated access_logs_local on every node and a Distributed access_logs sharded by record identity, created ON CLUSTER, checked and completed on every node; a delivery counts once its rows are on their shards (insert_distributed_sync=1). Needs macros {shard} and {replica}.").PlaceHolder("NAME").StringVar(&f.clickhouseCluster)
+	app.Flag("clickhouse.insert-quorum", "With --clickhouse.cluster: a delivery counts only once this many replicas of each shard have its rows (insert_quorum; 0 = one replica).").Default("0").IntVar(&f.clickhouseQuorum)
+	app.Flag("clickhouse.retention", "Drop access-log records older than this, e.g. 30d: a table TTL from ClickHouse 19.6 on; on older servers whole days are dropped once all their records are older. 0 keeps everything.").Default("0s").SetValue(&f.clickhouseRetention)
 	app.Flag("spool.dir", "Directory of the on-disk spool where accepted batches wait until every sink has them.").Default("./data/spool").StringVar(&f.spoolDir)
 	app.Flag("spool.max-bytes", "Size bound of the spool; when reached, ingest answers 503 with Retry-After (the platform retries) and drops nothing.").Default("10GiB").BytesVar(&f.spoolMaxBytes)
 	app.Flag("spool.segment-bytes", "Size of one spool segment file.").Default("64MiB").BytesVar(&f.spoolSegmentBytes)
@@ -266,7 +273,9 @@ func run(args []string) error {
 	if err := checkRecordLimit(f); err != nil {
 		return err
 	}
-	cfg.ClickHouse = clickhouseConfig(f, chPassword)
+	if cfg.ClickHouse, err = clickhouseConfig(f, chPassword); err != nil {
+		return err
+	}
 	if f.register {
 		if len(cfg.EnvironmentIDs) == 0 {
 			return errors.New("--environment-id is required to register profiles (or --no-register)")
@@ -320,7 +329,7 @@ func run(args []string) error {
 		go func() { serveErr <- sim.serveIngest(rcv.Handler()) }()
 	}
 	log.Info("rtld receiver started", "spool", f.spoolDir, "environments", len(cfg.EnvironmentIDs),
-		"kafka", cfg.Kafka != nil, "kafka_tls", f.kafkaTLS, "kafka_sasl", f.kafkaSASLMechanism, "clickhouse", cfg.ClickHouse != nil, "register", f.register, "simulate", f.simulate)
+		"kafka", cfg.Kafka != nil, "kafka_tls", f.kafkaTLS, "kafka_sasl", f.kafkaSASLMechanism, "clickhouse", cfg.ClickHouse != nil, "clickhouse_cluster", f.clickhouseCluster, "register", f.register, "simulate", f.simulate)
 
 	var result error
 	select {
@@ -358,19 +367,6 @@ func checkRecordLimit(f *flags) error {
 	}
 	return fmt.Errorf("--ingest.max-record-bytes (%s) exceeds --kafka.max-message-bytes (%s): records between the two could never reach Kafka; "+
 		"raise --kafka.max-message-bytes (with the brokers' message.max.bytes) or lower --ingest.max-record-bytes", f.maxRecordBytes, f.kafkaMaxMessageBytes)
-}
-
-// clickhouseConfig returns the ClickHouse sink's configuration, or nil when
-// no DSN is set.
-func clickhouseConfig(f *flags, password string) *logtable.Config {
-	if f.clickhouseDSN == "" {
-		return nil
-	}
-	var opts []clickhouse.Option
-	if password != "" {
-		opts = append(opts, clickhouse.WithPassword(password))
-	}
-	return &logtable.Config{DSN: f.clickhouseDSN, Options: opts}
 }
 
 // kafkaConfig returns the Kafka sink's configuration, or nil when no
@@ -433,4 +429,20 @@ func randomSecret() string {
 	b := make([]byte, 24)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// clickhouseConfig builds the ClickHouse sink's configuration from the
+// --clickhouse.* flags (nil without --clickhouse.dsn).
+func clickhouseConfig(f *flags, password string) (*logtable.Config, error) {
+	if f.clickhouseDSN == "" {
+		return nil, nil
+	}
+	if f.clickhouseQuorum < 0 || (f.clickhouseQuorum > 1 && f.clickhouseCluster == "") {
+		return nil, fmt.Errorf("--clickhouse.insert-quorum %d: want 0 or more, and above 1 only with --clickhouse.cluster (a quorum counts replicas)", f.clickhouseQuorum)
+	}
+	opts := []clickhouse.Option{clickhouse.WithCluster(f.clickhouseCluster), clickhouse.WithInsertQuorum(f.clickhouseQuorum)}
+	if password != "" {
+		opts = append(opts, clickhouse.WithPassword(password))
+	}
+	return &logtable.Config{DSN: f.clickhouseDSN, Options: opts, Retention: time.Duration(f.clickhouseRetention)}, nil
 }

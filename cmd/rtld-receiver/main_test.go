@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseFlagsDefaultsAndLists(t *testing.T) {
@@ -137,6 +138,46 @@ func TestKafkaSecurityFlags(t *testing.T) {
 	}
 	if strings.Contains(logged.String(), pass) {
 		t.Errorf("the log holds the Kafka password:\n%s", logged.String())
+	}
+}
+
+func TestClickHouseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		wantErr   string
+		retention time.Duration
+	}{
+		{args: nil},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.retention=30d"}, retention: 30 * 24 * time.Hour},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.cluster=c", "--clickhouse.insert-quorum=2"}},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.insert-quorum=2"}, wantErr: "only with --clickhouse.cluster"},
+		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.retention=-1h"}, wantErr: "not a valid duration"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			f, err := parseFlags(tc.args)
+			if err != nil {
+				if tc.wantErr != "" && strings.Contains(err.Error(), tc.wantErr) {
+					return
+				}
+				t.Fatal(err)
+			}
+			c, err := clickhouseConfig(f, "")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want one mentioning %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (c == nil) != (f.clickhouseDSN == "") {
+				t.Fatalf("config %+v for DSN %q", c, f.clickhouseDSN)
+			}
+			if c != nil && c.Retention != tc.retention {
+				t.Errorf("retention %v, want %v", c.Retention, tc.retention)
+			}
+		})
 	}
 }
 

@@ -12,33 +12,46 @@ import (
 const ProgressTable = "_edgepipe_backfill_progress"
 
 // ClickHouseProgress records loaded chunks in a small table next to the data
-// (ProgressTable in the DSN's database). Keeping it in ClickHouse rather
-// than a local file means progress lives and dies with the data it
-// describes: a backfill resumed from another machine or container (the
-// usual case for a Kubernetes Job) sees it, and pointing the exporter at a
-// fresh database starts from scratch. A chunk is recorded only after its
-// rows are written, so a crash in between re-fetches the chunk, which is
-// harmless: the metrics tables are ReplacingMergeTrees.
+// (ProgressTable in the DSN's database; on a cluster a replicated
+// <ProgressTable>_local on every node and a Distributed ProgressTable, so
+// any node sees every chunk and losing a node loses no progress). Keeping it
+// in ClickHouse rather than a local file means progress lives and dies with
+// the data it describes: a backfill resumed from another machine or
+// container (the usual case for a Kubernetes Job) sees it, and pointing the
+// exporter at a fresh database starts from scratch. A chunk is recorded only
+// after its rows are written, so a crash in between re-fetches the chunk,
+// which is harmless: the metrics tables are ReplacingMergeTrees.
 type ClickHouseProgress struct {
 	db *clickhouse.DB
 }
 
-// NewClickHouseProgress creates the progress table if needed.
-func NewClickHouseProgress(ctx context.Context, db *clickhouse.DB) (*ClickHouseProgress, error) {
-	ddl := "CREATE TABLE IF NOT EXISTS " + db.Table(ProgressTable) + ` (
-    chunk String,
-    dataset String,
-    granularity String,
-    start DateTime('UTC'),
-    end DateTime('UTC'),
-    environments UInt32,
-    rows UInt64,
-    done_at DateTime('UTC')
-) ENGINE = ReplacingMergeTree(done_at) ORDER BY chunk`
-	if err := db.Exec(ctx, ddl); err != nil {
+// progressTable is the progress table's shape.
+var progressTable = clickhouse.Table{
+	Name: ProgressTable,
+	Columns: []clickhouse.Column{
+		{Name: "chunk", Type: "String"},
+		{Name: "dataset", Type: "String"},
+		{Name: "granularity", Type: "String"},
+		{Name: "start", Type: "DateTime('UTC')"},
+		{Name: "end", Type: "DateTime('UTC')"},
+		{Name: "environments", Type: "UInt32"},
+		{Name: "rows", Type: "UInt64"},
+		{Name: "done_at", Type: "DateTime('UTC')"},
+	},
+	Engine:      "ReplacingMergeTree",
+	EngineArgs:  []string{"done_at"},
+	OrderBy:     []string{"chunk"},
+	ShardingKey: "cityHash64(chunk)",
+}
+
+// NewClickHouseProgress creates the progress table if needed (on every
+// node of the schema's cluster).
+func NewClickHouseProgress(ctx context.Context, schema *clickhouse.Schema) (*ClickHouseProgress, error) {
+	t := progressTable
+	if _, err := schema.Ensure(ctx, &t); err != nil {
 		return nil, fmt.Errorf("create backfill progress table: %w", err)
 	}
-	return &ClickHouseProgress{db: db}, nil
+	return &ClickHouseProgress{db: schema.DB()}, nil
 }
 
 // Completed returns the IDs of every chunk recorded as done.

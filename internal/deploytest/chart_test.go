@@ -195,9 +195,7 @@ func TestChartProduction(t *testing.T) {
 			t.Errorf("exporter has no %s value", name)
 		}
 	}
-	if v, _ := c.argValue("--clickhouse.cluster"); v != "analytics" {
-		t.Errorf("--clickhouse.cluster = %q, want analytics", v)
-	}
+	assertClickHouseClusterArgs(t, "exporter", c)
 	assertExporterConfig(t, m, exporter)
 	if v, _ := c.argValue("--prometheus.max-series"); v != "200000" {
 		t.Errorf("--prometheus.max-series = %q, want 200000", v)
@@ -224,6 +222,7 @@ func TestChartProduction(t *testing.T) {
 		t.Errorf("autoscaled receiver sets replicas %d (the HPA owns it)", *receiver.Spec.Replicas)
 	}
 	rc := receiver.Spec.Template.Spec.Containers[0]
+	assertClickHouseClusterArgs(t, "receiver", rc)
 	if ev := rc.env("EDGEPIPE_PUBLIC_URL"); ev == nil || ev.Value == nil || *ev.Value != "https://rtld.cdn.example.net" {
 		t.Errorf("EDGEPIPE_PUBLIC_URL = %+v, want https://rtld.cdn.example.net", ev)
 	}
@@ -768,4 +767,15 @@ func quantityBytes(s string) (int64, error) {
 	}
 	shift := map[byte]uint{'K': 10, 'M': 20, 'G': 30, 'T': 40}[m[2][0]]
 	return n << shift, nil
+}
+
+// assertClickHouseClusterArgs checks that a program of the production
+// values gets the ClickHouse cluster, insert quorum and retention.
+func assertClickHouseClusterArgs(t *testing.T, program string, c container) {
+	t.Helper()
+	for flag, want := range map[string]string{"--clickhouse.cluster": "analytics", "--clickhouse.insert-quorum": "2", "--clickhouse.retention": "30d"} {
+		if v, _ := c.argValue(flag); v != want {
+			t.Errorf("%s %s = %q, want %q (args %v)", program, flag, v, want, c.Args)
+		}
+	}
 }

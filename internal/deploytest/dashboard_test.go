@@ -3,7 +3,6 @@ package deploytest
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,10 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 
-	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -327,7 +324,7 @@ func TestDashboardPromQLParses(t *testing.T) {
 
 // TestDashboardSQLRuns runs every ClickHouse query (macros and variables
 // substituted) against a real ClickHouse 18.16 holding the access_logs table
-// exactly as the receiver's sink creates it (AccessLogsDDL), filled with rows
+// exactly as the receiver's sink creates it (logtable.DDL), filled with rows
 // in the time range: each must run and return rows, so a wrong column or a
 // function newer than the server (toStartOfInterval, DateTime64) fails here.
 func TestDashboardSQLRuns(t *testing.T) {
@@ -340,17 +337,8 @@ func TestDashboardSQLRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Exec(ctx, logtable.DDL(db, accesslog.Fields())); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Exec(ctx, fmt.Sprintf(`INSERT INTO %s (environment_id, agent_id, datestamp, seq_num, record_key, record_index,
-			timestamp, uuid, status_code, host, path, cache_status, pop, total_time, bytes_out, client_country_code)
-		SELECT if(number %% 2 = 0, 'env-a', 'env-b'), 'agent-1', '20260101', toInt64(intDiv(number, 10)), toString(number), toUInt32(number %% 10),
-			toDateTime(toUInt32(now()) - number * 7), toString(number),
-			arrayElement([200, 200, 304, 404, 503], number %% 5 + 1), concat('h', toString(number %% 3), '.example'),
-			concat('/p/', toString(number %% 11)), arrayElement(['TCP_HIT', 'TCP_MISS', 'TCP_EXPIRED_HIT'], number %% 3 + 1),
-			arrayElement(['fra', 'iad', 'sin'], number %% 3 + 1), (number %% 100) / 250, number * 13, 'us'
-		FROM system.numbers LIMIT 400`, db.Table(logtable.Table))); err != nil {
+	createAccessLogs(ctx, t, db)
+	if err := db.Exec(ctx, accessLogRows(db, 400, time.Now().Truncate(time.Second))); err != nil {
 		t.Fatal(err)
 	}
 	n := runSQLQueries(t, db.Conn(), loadDashboards(t), []Values{testValues(), allSelected(testValues())})

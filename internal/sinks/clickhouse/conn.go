@@ -1,9 +1,11 @@
 // Package clickhouse is what both programs' ClickHouse sinks share: a
 // connection over the native protocol that knows the server's version
-// (conn.go) and the classification of server errors (errors.go). The tables
-// live in one package per program: metrictables (the exporter's table per
-// metrics dataset) and logtable (the receiver's access_logs), so neither
-// binary links the other's code.
+// (conn.go), the classification of server errors (errors.go), and the schema
+// manager that creates and repairs tables on a single server or on every
+// node of a cluster (table.go, schema.go). The tables themselves live in one
+// package per program: metrictables (the exporter's table per metrics
+// dataset) and logtable (the receiver's access_logs), so neither binary
+// links the other's code.
 //
 // Every table is a ReplacingMergeTree, so writing a row again is harmless:
 // `SELECT … FINAL` shows one row per key with the newest values. Writers
@@ -18,6 +20,13 @@
 //	err = db.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+db.Table("t")+" (…) ENGINE = …")
 //	err = db.Insert(ctx, "t", []string{"a", "b"}, [][]any{{1, "x"}, {2, "y"}})
 //	err = db.InsertColumns(ctx, "t", []string{"a", "b"}, []any{[]uint64{1, 2}, []string{"x", "y"}})
+//
+// # Keeping a table in shape
+//
+//	db, err := clickhouse.Open(ctx, dsn, clickhouse.WithCluster("prod")) // or no cluster
+//	schema := clickhouse.NewSchema(db, log)
+//	state, err := schema.Ensure(ctx, &clickhouse.Table{Name: "t", Columns: …, Engine: "ReplacingMergeTree", …})
+//	// insert into "t"; on an error of ClassSchema call Ensure again, then retry
 //
 // Open parses a DSN of the form `clickhouse://user:password@host:9000/db?dial_timeout=5s`
 // (clickhouse-go's ParseDSN: secure, skip_verify, compress, … work; the
@@ -122,6 +131,13 @@ func (v Version) HasTTL() bool { return v.AtLeast(19, 6) }
 // Delta, DoubleDelta, Gorilla and ZSTD are all settled.
 func (v Version) HasCodecs() bool { return v.AtLeast(20, 1) }
 
+// HasReplicatedAlterLog reports whether an ALTER of a Replicated table is
+// an entry of the replication log that a replica applies in order when it
+// comes back (20.3 and later, metadata_version). Before, a replica applies
+// the table structure it finds in ZooKeeper when it starts, and refuses to
+// start when that differs from its own by more than two columns.
+func (v Version) HasReplicatedAlterLog() bool { return v.AtLeast(20, 3) }
+
 // HasDateTime64 reports whether the DateTime64 type exists (20.1 and later).
 func (v Version) HasDateTime64() bool { return v.AtLeast(20, 1) }
 
@@ -129,10 +145,12 @@ func (v Version) HasDateTime64() bool { return v.AtLeast(20, 1) }
 type Option func(*openConfig)
 
 type openConfig struct {
-	log         *slog.Logger
-	password    string
-	hasPassword bool
-	dialTimeout time.Duration
+	log          *slog.Logger
+	password     string
+	hasPassword  bool
+	dialTimeout  time.Duration
+	cluster      string
+	insertQuorum int
 }
 
 // WithLogger sets the logger for connection events (default: slog.Default()).
@@ -144,20 +162,37 @@ func WithPassword(p string) Option {
 	return func(c *openConfig) { c.password, c.hasPassword = p, true }
 }
 
+// WithCluster says that the DSN's server is a node of the cluster name (as
+// in its remote_servers): Schema then manages every table on every node of
+// the cluster, and INSERTs into Distributed tables are synchronous
+// (insert_distributed_sync=1), so an acknowledged INSERT is on its shard,
+// not queued on the entry node.
+func WithCluster(name string) Option { return func(c *openConfig) { c.cluster = name } }
+
+// WithInsertQuorum makes every INSERT wait until n replicas of its shard
+// have the rows (insert_quorum=n; Replicated tables only, so a cluster). 0
+// or 1 waits for one.
+func WithInsertQuorum(n int) Option { return func(c *openConfig) { c.insertQuorum = n } }
+
 // DB is an open connection pool to one database of one ClickHouse server.
 // It is safe for concurrent use.
 type DB struct {
 	conn     driver.Conn
 	database string
 	version  Version
+	revision uint64
 	addr     string
+	cluster  string
 	log      *slog.Logger
+	// options open connections to the cluster's other nodes (openNode).
+	options *ch.Options
 }
 
 // Open connects to the ClickHouse server named by dsn over the native
-// protocol, creates the DSN's database if it does not exist (default
-// "default") and detects the server version. It fails when the server cannot
-// be reached; callers that must survive an outage retry Open.
+// protocol, creates the DSN's database on that server if it does not exist
+// (default "default"; on a cluster Schema creates it on the other nodes) and
+// detects the server version. It fails when the server cannot be reached;
+// callers that must survive an outage retry Open.
 func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	cfg := openConfig{log: slog.Default(), dialTimeout: 5 * time.Second}
 	for _, o := range opts {
@@ -175,6 +210,21 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	}
 	if !strings.Contains(dsn, "dial_timeout") {
 		chOpts.DialTimeout = cfg.dialTimeout
+	}
+	if cfg.insertQuorum < 0 {
+		return nil, fmt.Errorf("ClickHouse insert quorum %d: want 0 or more", cfg.insertQuorum)
+	}
+	if cfg.cluster != "" || cfg.insertQuorum > 1 {
+		if chOpts.Settings == nil {
+			chOpts.Settings = ch.Settings{}
+		}
+		if cfg.cluster != "" {
+			// UInt64 settings reach every server version as sent.
+			chOpts.Settings["insert_distributed_sync"] = 1
+		}
+		if cfg.insertQuorum > 1 {
+			chOpts.Settings["insert_quorum"] = cfg.insertQuorum
+		}
 	}
 	database := chOpts.Auth.Database
 	if database == "" {
@@ -197,8 +247,21 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 			return nil, fmt.Errorf("create ClickHouse database %s at %s: %w", database, addr, err)
 		}
 	}
-	chOpts.Auth.Database = database
-	conn, err := ch.Open(chOpts)
+	connOpts := *chOpts
+	connOpts.Auth.Database = database
+	db, err := connect(ctx, &connOpts, addr, database, cfg.log)
+	if err != nil {
+		return nil, err
+	}
+	db.cluster = cfg.cluster
+	db.options = chOpts
+	cfg.log.Debug("connected to ClickHouse", "addr", addr, "database", database, "version", db.version.String(), "cluster", cfg.cluster)
+	return db, nil
+}
+
+// connect opens a pool with opts and reads the server's version.
+func connect(ctx context.Context, opts *ch.Options, addr, database string, log *slog.Logger) (*DB, error) {
+	conn, err := ch.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("connect to ClickHouse at %s: %w", addr, err)
 	}
@@ -212,13 +275,53 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	cfg.log.Debug("connected to ClickHouse", "addr", addr, "database", database, "version", v.String())
-	return &DB{conn: conn, database: database, version: v, addr: addr, log: cfg.log}, nil
+	var revision uint64
+	if sv, err := conn.ServerVersion(); err == nil {
+		revision = sv.Revision
+	}
+	return &DB{conn: conn, database: database, version: v, revision: revision, addr: addr, log: log}, nil
+}
+
+// openNode connects to a server of the DSN's cluster at addr (host:port of
+// its native port, as system.clusters lists it), or with addr "" to the
+// DSN's own server(s), with the DSN's user, password and TLS settings. The
+// connection selects no database (the DSN's may not exist there, or not any
+// more); Table still qualifies names with the DSN's database.
+func (db *DB) openNode(ctx context.Context, addr string) (*DB, error) {
+	opts := *db.options
+	if addr != "" {
+		opts.Addr = []string{addr}
+	} else {
+		addr = db.addr
+	}
+	opts.Auth.Database = ""
+	node, err := connect(ctx, &opts, addr, db.database, db.log)
+	if err != nil {
+		return nil, err
+	}
+	node.cluster, node.options = db.cluster, db.options
+	return node, nil
+}
+
+// int64Setting returns what to send for the value n of an Int64 setting
+// (such as distributed_ddl_task_timeout). Servers before the revision that
+// reads settings as strings (54429, ClickHouse 19.11) read Int64 settings as
+// zigzag varints while the driver writes plain ones, so n arrives as n/2:
+// send 2n to them.
+func (db *DB) int64Setting(n int) int {
+	if db.revision != 0 && db.revision <= 54429 {
+		return 2 * n
+	}
+	return n
 }
 
 // Conn returns the underlying clickhouse-go connection for queries the
 // helpers here do not cover.
 func (db *DB) Conn() driver.Conn { return db.conn }
+
+// Cluster returns the cluster given with WithCluster ("" for a single
+// server).
+func (db *DB) Cluster() string { return db.cluster }
 
 // Database returns the name of the database the DSN selected.
 func (db *DB) Database() string { return db.database }

@@ -18,31 +18,54 @@ func ErrorCode(err error) int32 {
 }
 
 // RetriableCode reports whether a server exception is worth retrying as is
-// (overload, memory, timeouts), as opposed to a rejection of the data.
+// (overload, memory, timeouts, a shard or ZooKeeper out of reach), as
+// opposed to a rejection of the data.
 func RetriableCode(code int32) bool {
 	switch code {
-	case 159, 160, 164, 201, 202, 203, 209, 210, 241, 242, 252, 285, 319, 425, 999:
+	case 159, 160, 164, 201, 202, 203, 209, 210, 225, 241, 242, 252, 279, 285, 286, 319, 425, 473, 999:
 		// TIMEOUT_EXCEEDED, TOO_SLOW, READONLY, QUOTA_EXPIRED, TOO_MANY_SIMULTANEOUS_QUERIES,
-		// NO_FREE_CONNECTION, SOCKET_TIMEOUT, NETWORK_ERROR, MEMORY_LIMIT_EXCEEDED,
-		// TABLE_IS_READ_ONLY, TOO_MANY_PARTS, TOO_FEW_LIVE_REPLICAS, UNKNOWN_STATUS_OF_INSERT,
-		// SYSTEM_ERROR, KEEPER_EXCEPTION
+		// NO_FREE_CONNECTION, SOCKET_TIMEOUT, NETWORK_ERROR, NO_ZOOKEEPER, MEMORY_LIMIT_EXCEEDED,
+		// TABLE_IS_READ_ONLY, TOO_MANY_PARTS, ALL_CONNECTION_TRIES_FAILED, TOO_FEW_LIVE_REPLICAS,
+		// UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE, UNKNOWN_STATUS_OF_INSERT, SYSTEM_ERROR,
+		// DEADLOCK_AVOIDED, KEEPER_EXCEPTION
 		return true
 	}
 	return false
 }
 
-// schemaCode reports whether a server exception says that the database, a
-// table or a column is not what the writer knows (dropped, renamed, never
-// created): reading the schema again (and creating what is missing) fixes it.
-func schemaCode(code int32) bool {
+// SchemaCode reports whether a server exception says the schema is not (or
+// not yet) what the statement expects: a database, table or column is
+// missing or was dropped, or the schema is changing under it. Reading the
+// schema again and repairing it (Schema.Ensure) fixes it, so a writer
+// retries; it is never a reason to drop rows.
+func SchemaCode(code int32) bool {
 	switch code {
-	case 8, 10, 16, 47, 60, 81, 218:
-		// THERE_IS_NO_COLUMN, NOT_FOUND_COLUMN_IN_BLOCK, NO_SUCH_COLUMN_IN_TABLE,
-		// UNKNOWN_IDENTIFIER, UNKNOWN_TABLE, UNKNOWN_DATABASE, TABLE_IS_DROPPED
+	case 8, 10, 15, 16, 47, 57, 60, 81, 122, 218, 341, 517:
+		// THERE_IS_NO_COLUMN, NOT_FOUND_COLUMN_IN_BLOCK, DUPLICATE_COLUMN, NO_SUCH_COLUMN_IN_TABLE,
+		// UNKNOWN_IDENTIFIER, TABLE_ALREADY_EXISTS, UNKNOWN_TABLE, UNKNOWN_DATABASE,
+		// INCOMPATIBLE_COLUMNS, TABLE_IS_DROPPED, UNFINISHED (an ALTER waiting for replicas),
+		// CANNOT_ASSIGN_ALTER (a replica has not applied the previous ALTER yet)
 		return true
 	}
 	return false
 }
+
+// SchemaError is returned by Schema.Ensure when a table is not yet in the
+// shape writers need and could not be completed now (a node or replica out
+// of reach, an ALTER that must wait). It is transient: retry later.
+type SchemaError struct {
+	// Table is the table's name.
+	Table string
+	// Reason says what is missing or waiting.
+	Reason string
+}
+
+func (e *SchemaError) Error() string {
+	return "ClickHouse table " + e.Table + " is not ready: " + e.Reason
+}
+
+// IsSchemaError reports whether ErrorClass(err) is ClassSchema.
+func IsSchemaError(err error) bool { return ErrorClass(err) == ClassSchema }
 
 // deniedCode reports whether a server exception refuses the user rather
 // than the data: wrong credentials or missing grants, which an operator
@@ -63,20 +86,21 @@ func deniedCode(code int32) bool {
 const (
 	ClassConnection = "connection"  // no server exception: the server was not reached
 	ClassServerBusy = "server_busy" // a RetriableCode: retry as is
-	ClassSchema     = "schema"      // the table, a column or the database is missing or changed: read the schema again, re-create what is missing, retry
+	ClassSchema     = "schema"      // the table, a column or the database is missing or changing (SchemaCode, SchemaError): repair the schema (Schema.Ensure), retry
 	ClassDenied     = "denied"      // authentication or permissions: retry until an operator fixes them
 	ClassRejected   = "rejected"    // the server refused the statement or its data: the same rows fail again
 )
 
 // ErrorClass classifies err as one of the Class constants. It is the one
 // classification both programs' ClickHouse sinks use. Besides server
-// exceptions, clickhouse-go's own refusal to convert a Go value to a
-// column's type counts as ClassSchema: the column's type changed since the
-// writer read it.
+// exceptions, a SchemaError and clickhouse-go's own refusal to convert a Go
+// value to a column's type (the column's type changed since the writer read
+// it) count as ClassSchema.
 func ErrorClass(err error) string {
+	var se *SchemaError
 	var conv *column.ColumnConverterError
 	var unsupported *column.UnsupportedColumnTypeError
-	if code := ErrorCode(err); code != 0 || !(errors.As(err, &conv) || errors.As(err, &unsupported)) {
+	if code := ErrorCode(err); code != 0 || !(errors.As(err, &se) || errors.As(err, &conv) || errors.As(err, &unsupported)) {
 		return ErrorClassOf(code)
 	}
 	return ClassSchema
@@ -89,7 +113,7 @@ func ErrorClassOf(code int32) string {
 		return ClassConnection
 	case RetriableCode(code):
 		return ClassServerBusy
-	case schemaCode(code):
+	case SchemaCode(code):
 		return ClassSchema
 	case deniedCode(code):
 		return ClassDenied

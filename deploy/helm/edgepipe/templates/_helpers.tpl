@@ -29,14 +29,35 @@
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Common labels. */}}
+{{/* Common labels: the chart's own and commonLabels. */}}
 {{- define "edgepipe.labels" -}}
-helm.sh/chart: {{ include "edgepipe.chart" . }}
-app.kubernetes.io/name: {{ include "edgepipe.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: edgepipe
+{{- include "edgepipe.labelsWith" (dict "ctx" . "extra" (dict)) }}
+{{- end }}
+
+{{/*
+Common labels plus extra labels (a dict); call with (dict "ctx" $ "extra" $labels).
+The chart's own labels win over extra, and extra over commonLabels.
+*/}}
+{{- define "edgepipe.labelsWith" -}}
+{{- $c := .ctx }}
+{{- $own := dict
+  "helm.sh/chart" (include "edgepipe.chart" $c)
+  "app.kubernetes.io/name" (include "edgepipe.name" $c)
+  "app.kubernetes.io/instance" $c.Release.Name
+  "app.kubernetes.io/version" $c.Chart.AppVersion
+  "app.kubernetes.io/managed-by" $c.Release.Service
+  "app.kubernetes.io/part-of" "edgepipe" }}
+{{- toYaml (merge $own (deepCopy .extra) (deepCopy (default (dict) $c.Values.commonLabels))) }}
+{{- end }}
+
+{{/*
+Labels of a component's pods: its selector labels, then podLabels (a dict),
+then commonLabels; call with (dict "ctx" $ "component" "exporter" "podLabels" $labels).
+Not used for selectors or volumeClaimTemplates, which cannot change after install.
+*/}}
+{{- define "edgepipe.podLabels" -}}
+{{- $sel := include "edgepipe.selectorLabels" . | fromYaml }}
+{{- toYaml (merge $sel (deepCopy (default (dict) .podLabels)) (deepCopy (default (dict) .ctx.Values.commonLabels))) }}
 {{- end }}
 
 {{/* Selector labels of one component; call with (dict "ctx" $ "component" "exporter"). */}}
@@ -54,8 +75,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* The image: repository@digest when image.digest is set (the tag is then ignored), else repository:tag. */}}
 {{- define "edgepipe.image" -}}
+{{- with .Values.image.digest }}
+{{- printf "%s@%s" $.Values.image.repository . }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
 {{- end }}
 
 {{/* Name of the Secret holding credentials. */}}

@@ -1,8 +1,12 @@
 // Package logtable is the receiver's ClickHouse sink: every access-log
 // record becomes one row of the access_logs table, with a typed column per
 // known log field and the rest kept as JSON in extra. The table is a
-// ReplacingMergeTree keyed by each record's identity, so a redelivered record
-// collapses under `SELECT … FINAL`.
+// ReplacingMergeTree whose sorting key ends with each record's identity, so
+// a redelivered record collapses under `SELECT … FINAL`; time comes before
+// the identity in the key, so a query over a time range reads only that
+// range's part of each environment (see TableSpec). The table is kept in
+// shape by clickhouse.Schema, on every node of a cluster when Options has
+// clickhouse.WithCluster.
 //
 // The sink takes the table as it finds it: a field's existing column may
 // be of any type that can hold the field (every integer and float width,
@@ -20,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,9 +48,11 @@ const Table = "access_logs"
 // agent_id and datestamp, seq_num -1 and record_key =
 // its "uuid" field with record_index 0 when it has one, or else the batch's
 // content hash with its record_index (the platform resends a failed batch
-// with the same bytes). The table is a ReplacingMergeTree ordered by that
-// identity, so every redelivery collapses and `SELECT count() FROM
-// access_logs FINAL` counts each delivered record once.
+// with the same bytes). The table is a ReplacingMergeTree ordered by
+// environment, hour of the record's timestamp and that identity (a
+// redelivered record has the same timestamp), so every redelivery collapses
+// and `SELECT count() FROM access_logs FINAL` counts each delivered record
+// once.
 var fixedColumns = []struct{ name, typ string }{
 	{"environment_id", "String"},
 	{"agent_id", "String"},
@@ -78,20 +85,31 @@ type Config struct {
 	// not matter; more than 1 helps when the server has idle cores (on a
 	// 2-core machine shared with the server it did not).
 	Concurrency int
+	// Retention, when positive, removes records whose timestamp is older: a
+	// TTL on servers that have one (19.6+), else whole daily partitions are
+	// dropped once all their records are older (clickhouse.Schema.Expire).
+	Retention time.Duration
 }
 
 // Sink is the receiver's ClickHouse sink. It connects (and creates or
-// extends the table) at the first delivery, or at Check, so a server that
-// is down at start-up only delays delivery. It is safe for concurrent use.
+// extends the table, on every node of the cluster when Options has
+// clickhouse.WithCluster) at the first delivery, or at Check, so a server
+// that is down at start-up only delays delivery. It is safe for concurrent
+// use.
 type Sink struct {
 	cfg Config
 	log *slog.Logger
 
-	mu      sync.Mutex
-	db      *clickhouse.DB
-	columns []accessColumn // in insert order
-	names   []string
-	gen     int // counts connects: prepared columns of another gen are rebuilt
+	mu       sync.Mutex
+	db       *clickhouse.DB
+	schema   *clickhouse.Schema
+	spec     *clickhouse.Table // the table as last ensured
+	columns  []accessColumn    // in insert order; nil: ensure the table first
+	names    []string
+	gen      int // counts column layouts: prepared columns of another gen are rebuilt
+	complete bool
+	checked  time.Time
+	warned   bool // the old-layout warning was logged
 }
 
 // accessColumn is one typed field column.
@@ -139,37 +157,63 @@ func (a *Sink) Check(ctx context.Context) error {
 	return err
 }
 
-// connect opens the connection and ensures the table once (again after
-// reset).
+// connect opens the connection if needed and ensures the table when its
+// columns are not known (the first delivery, after a reset) or it was
+// incomplete on the cluster RecheckInterval ago.
 func (a *Sink) connect(ctx context.Context) (*clickhouse.DB, []accessColumn, []string, int, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.db != nil {
-		return a.db, a.columns, a.names, a.gen, nil
+	if a.db == nil {
+		opts := append([]clickhouse.Option{clickhouse.WithLogger(a.log)}, a.cfg.Options...)
+		db, err := clickhouse.Open(ctx, a.cfg.DSN, opts...)
+		if err != nil {
+			return nil, nil, nil, 0, err
+		}
+		if a.cfg.Retention > 0 && !db.Version().HasTTL() {
+			a.log.Info("clickhouse: the server has no TTL; the retention drops whole days of access_logs once all their records are older",
+				"version", db.Version().String(), "retention", a.cfg.Retention.String())
+		}
+		a.db, a.schema, a.columns = db, clickhouse.NewSchema(db, a.log), nil
 	}
-	opts := append([]clickhouse.Option{clickhouse.WithLogger(a.log)}, a.cfg.Options...)
-	db, err := clickhouse.Open(ctx, a.cfg.DSN, opts...)
-	if err != nil {
-		return nil, nil, nil, 0, err
+	if a.columns == nil || (!a.complete && time.Since(a.checked) >= clickhouse.RecheckInterval) {
+		cols, spec, complete, err := a.ensureTable(ctx, a.db)
+		if err != nil {
+			// Connect afresh next time: Open re-creates a dropped database.
+			_ = a.schema.Close()
+			_ = a.db.Close()
+			a.db, a.schema, a.columns, a.names = nil, nil, nil, nil
+			return nil, nil, nil, 0, err
+		}
+		names := make([]string, 0, len(fixedColumns)+2*len(cols))
+		for _, c := range fixedColumns {
+			names = append(names, c.name)
+		}
+		for _, c := range cols {
+			names = append(names, c.name)
+			if c.fraction != "" {
+				names = append(names, c.fraction)
+			}
+		}
+		// A table read afresh (first, or re-created after a reset) needs
+		// every row again; a periodic check that changed nothing does not.
+		if a.columns == nil || !slices.Equal(names, a.names) || !sameTypes(cols, a.columns) {
+			a.gen++
+		}
+		a.columns, a.names, a.spec, a.complete, a.checked = cols, names, spec, complete, time.Now()
 	}
-	cols, err := a.ensureTable(ctx, db)
-	if err != nil {
-		_ = db.Close()
-		return nil, nil, nil, 0, err
+	return a.db, a.columns, a.names, a.gen, nil
+}
+
+func sameTypes(a, b []accessColumn) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	names := make([]string, 0, len(fixedColumns)+2*len(cols))
-	for _, c := range fixedColumns {
-		names = append(names, c.name)
-	}
-	for _, c := range cols {
-		names = append(names, c.name)
-		if c.fraction != "" {
-			names = append(names, c.fraction)
+	for i := range a {
+		if a[i].name != b[i].name || a[i].typ.raw != b[i].typ.raw || a[i].fraction != b[i].fraction {
+			return false
 		}
 	}
-	a.gen++
-	a.db, a.columns, a.names = db, cols, names
-	return db, cols, names, a.gen, nil
+	return true
 }
 
 // reset forgets the connection and the table's columns of generation gen
@@ -181,33 +225,71 @@ func (a *Sink) reset(gen int) {
 	if a.db == nil || a.gen != gen {
 		return
 	}
+	_ = a.schema.Close()
 	_ = a.db.Close()
-	a.db, a.columns, a.names = nil, nil, nil
+	a.db, a.schema, a.columns, a.names = nil, nil, nil, nil
 }
 
-// DDL returns the CREATE TABLE statement of access_logs for db's server
-// version (exported for the README and tests). It is the one place the
-// table's layout is decided.
-func DDL(db *clickhouse.DB, fields []accesslog.Field) string {
-	cols, _ := accessColumns(db.Version(), fields, nil)
-	var b strings.Builder
-	b.WriteString("CREATE TABLE IF NOT EXISTS " + db.Table(Table) + " (\n")
+// identity is the columns that name a record (see fixedColumns).
+var identity = []string{"environment_id", "profile_id", "agent_id", "datestamp", "seq_num", "record_key", "record_index"}
+
+// TableSpec returns access_logs for servers of version v: the fixed
+// columns, a typed column per field (the types of existing, the table's
+// present columns, win when they can hold the field; one that cannot is an
+// *IncompatibleColumnError), ReplacingMergeTree(insert_version),
+//
+//	PARTITION BY toDate(timestamp)
+//	ORDER BY (environment_id, toStartOfHour(timestamp), profile_id, agent_id,
+//	          datestamp, seq_num, record_key, record_index)
+//
+// so a query over the last hour reads that hour of each environment (the
+// hour sits ahead of the identity; a redelivered record has the same
+// timestamp, so it still collapses), and the retention as a TTL on the
+// timestamp (or daily partitions dropped on servers without TTL). On a
+// cluster the Distributed table shards by the hash of the identity, which
+// keeps every copy of a record on one shard so FINAL and uniqExact of the
+// identity through it count each record once. Without a timestamp field
+// (--fields without it) the table is ordered by environment and identity,
+// unpartitioned. It is the one place the table's layout is decided.
+func TableSpec(v clickhouse.Version, fields []accesslog.Field, existing map[string]string, retention time.Duration) (*clickhouse.Table, error) {
+	cols, err := accessColumns(v, fields, existing)
+	if err != nil {
+		return nil, err
+	}
+	t := &clickhouse.Table{
+		Name:        Table,
+		Engine:      "ReplacingMergeTree",
+		EngineArgs:  []string{"insert_version"},
+		OrderBy:     identity,
+		ShardingKey: "cityHash64(" + strings.Join(identity, ", ") + ")",
+	}
 	for _, c := range fixedColumns {
-		fmt.Fprintf(&b, "  %s %s,\n", clickhouse.QuoteIdent(c.name), c.typ)
+		t.Columns = append(t.Columns, clickhouse.Column{Name: c.name, Type: c.typ})
 	}
 	for _, c := range cols {
-		fmt.Fprintf(&b, "  %s %s,\n", clickhouse.QuoteIdent(c.name), c.typ.raw)
+		t.Columns = append(t.Columns, clickhouse.Column{Name: c.name, Type: c.typ.raw})
 		if c.fraction != "" {
-			fmt.Fprintf(&b, "  %s UInt32,\n", clickhouse.QuoteIdent(c.fraction))
+			t.Columns = append(t.Columns, clickhouse.Column{Name: c.fraction, Type: "UInt32"})
 		}
 	}
-	s := strings.TrimSuffix(b.String(), ",\n") + "\n)"
-	part := "tuple()"
 	if hasTimestamp(cols) {
-		part = "toYYYYMM(`timestamp`)"
+		t.PartitionBy = "toDate(`timestamp`)"
+		t.OrderBy = append([]string{"environment_id", "toStartOfHour(`timestamp`)"}, identity[1:]...)
+		t.Retention, t.RetentionTime = retention, "toDateTime(`timestamp`)"
 	}
-	return s + " ENGINE = ReplacingMergeTree(insert_version)\nPARTITION BY " + part +
-		"\nORDER BY (environment_id, profile_id, agent_id, datestamp, seq_num, record_key, record_index)"
+	return t, nil
+}
+
+// DDL returns the statements that create access_logs with fields in
+// database on a fresh server (cluster "") or cluster of servers of version
+// v (for the README and tests; the sink runs them through
+// clickhouse.Schema).
+func DDL(database, cluster string, v clickhouse.Version, fields []accesslog.Field) []string {
+	t, err := TableSpec(v, fields, nil, 0)
+	if err != nil {
+		panic(err) // the default types hold their fields
+	}
+	return clickhouse.CreateStatements(database, cluster, v, t)
 }
 
 func hasTimestamp(cols []accessColumn) bool {
@@ -267,80 +349,58 @@ func checkFixedColumns(existing map[string]string) error {
 	return nil
 }
 
-// ensureTable creates the table, or adds the columns it lacks, and checks
-// the types of those it has.
-func (a *Sink) ensureTable(ctx context.Context, db *clickhouse.DB) ([]accessColumn, error) {
-	existing, err := columnTypes(ctx, db, Table)
+// ensureTable creates the table, or adds the columns it lacks, on the
+// server or every node of the cluster, checks the types of those it has,
+// and returns its field columns, its spec and whether it is complete on
+// every node.
+func (a *Sink) ensureTable(ctx context.Context, db *clickhouse.DB) ([]accessColumn, *clickhouse.Table, bool, error) {
+	spec, err := TableSpec(db.Version(), a.cfg.Fields, nil, a.cfg.Retention)
 	if err != nil {
-		return nil, err
+		return nil, nil, false, err
 	}
-	if len(existing) == 0 {
-		if err := db.Exec(ctx, DDL(db, a.cfg.Fields)); err != nil {
-			return nil, fmt.Errorf("creating %s: %w", Table, err)
-		}
-		a.log.Info("clickhouse: created table", "table", Table, "server", db.Version().String())
-		existing, err = columnTypes(ctx, db, Table)
+	// Twice at most: the second time with the types the table has (an
+	// older server's DateTime timestamp wants its timestamp_us column).
+	for range 2 {
+		st, err := a.schema.Ensure(ctx, spec)
 		if err != nil {
-			return nil, err
+			return nil, nil, false, fmt.Errorf("clickhouse: %s: %w", Table, err)
 		}
-	}
-	if err := checkFixedColumns(existing); err != nil {
-		return nil, err
-	}
-	cols, err := accessColumns(db.Version(), a.cfg.Fields, existing)
-	if err != nil {
-		return nil, err
-	}
-	var missing []string
-	for _, c := range fixedColumns {
-		if _, ok := existing[c.name]; !ok {
-			missing = append(missing, clickhouse.QuoteIdent(c.name)+" "+c.typ)
+		if err := checkFixedColumns(st.Columns); err != nil {
+			return nil, nil, false, err
 		}
-	}
-	for _, c := range cols {
-		if _, ok := existing[c.name]; !ok {
-			missing = append(missing, clickhouse.QuoteIdent(c.name)+" "+c.typ.raw)
+		next, err := TableSpec(db.Version(), a.cfg.Fields, st.Columns, a.cfg.Retention)
+		if err != nil {
+			return nil, nil, false, err
 		}
-		if _, ok := existing[c.fraction]; c.fraction != "" && !ok {
-			missing = append(missing, clickhouse.QuoteIdent(c.fraction)+" UInt32")
-		}
-	}
-	for _, m := range missing {
-		// One column per ALTER: 18.16 has no ADD COLUMN IF NOT EXISTS, and a
-		// concurrent replica may add the same column; re-check on error.
-		if err := db.Exec(ctx, "ALTER TABLE "+db.Table(Table)+" ADD COLUMN "+m); err != nil {
-			again, cerr := columnTypes(ctx, db, Table)
-			name := strings.Trim(strings.Fields(m)[0], "`")
-			if _, ok := again[name]; cerr != nil || !ok {
-				return nil, fmt.Errorf("adding column to %s: %w", Table, err)
+		missing := false
+		for _, c := range next.Columns {
+			if _, ok := st.Columns[c.Name]; !ok {
+				missing = true
 			}
 		}
+		if !missing {
+			a.warnOldLayout(st)
+			cols, err := accessColumns(db.Version(), a.cfg.Fields, st.Columns)
+			return cols, next, st.Complete, err
+		}
+		spec = next
 	}
-	if len(missing) > 0 {
-		a.log.Info("clickhouse: added columns", "table", Table, "columns", len(missing))
-	}
-	return cols, nil
+	return nil, nil, false, &clickhouse.SchemaError{Table: db.Table(Table), Reason: "columns still missing after adding them"}
 }
 
-func columnTypes(ctx context.Context, db *clickhouse.DB, table string) (map[string]string, error) {
-	rows, err := db.Conn().Query(ctx, "SELECT name, type FROM system.columns WHERE database = "+
-		clickhouse.QuoteString(db.Database())+" AND table = "+clickhouse.QuoteString(table))
-	if err != nil {
-		return nil, fmt.Errorf("reading columns of %s: %w", table, err)
+// warnOldLayout logs, once, that access_logs is sorted without time (the
+// layout before time joined the sorting key): it keeps working, but a query
+// over a time range reads every part of an environment.
+func (a *Sink) warnOldLayout(st *clickhouse.TableState) {
+	if a.warned || st.SortingKey == "" || strings.Contains(st.SortingKey, "toStartOfHour") {
+		return
 	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
-			return nil, fmt.Errorf("reading columns of %s: %w", table, err)
-		}
-		out[name] = typ
+	if _, ok := st.Columns["timestamp"]; !ok {
+		return
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("reading columns of %s: %w", table, err)
-	}
-	return out, nil
+	a.warned = true
+	a.log.Warn("clickhouse: access_logs has the old layout, sorted without time: it keeps working, but a query over a time range reads every part of an environment; see the README (access_logs layout and migration) to move it to the new layout with RENAME and INSERT … SELECT",
+		"table", Table, "sorting_key", st.SortingKey)
 }
 
 // Deliver inserts every record of the batches (in up to Concurrency
@@ -434,7 +494,25 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	return p.outcome(gen, errs)
+	if err := p.outcome(gen, errs); err != nil {
+		return err
+	}
+	p.a.expire(ctx)
+	return nil
+}
+
+// expire enforces the retention on servers without TTL (hourly at most,
+// see clickhouse.Schema.Expire); a failure is logged, not returned.
+func (a *Sink) expire(ctx context.Context) {
+	a.mu.Lock()
+	schema, spec := a.schema, a.spec
+	a.mu.Unlock()
+	if schema == nil || spec == nil {
+		return
+	}
+	if _, err := schema.Expire(ctx, spec, time.Now()); err != nil {
+		a.log.Warn("clickhouse: could not drop access_logs partitions older than the retention", "err", err)
+	}
 }
 
 // outcome turns the INSERTs' errors into the delivery contract's answer:
@@ -496,14 +574,14 @@ func splitBatches(batches []*accesslog.Batch, n int) [][]*accesslog.Batch {
 	return out
 }
 
-// Close closes the connection.
+// Close closes the connections.
 func (a *Sink) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.db == nil {
 		return nil
 	}
-	err := a.db.Close()
-	a.db = nil
+	err := errors.Join(a.schema.Close(), a.db.Close())
+	a.db, a.schema, a.columns, a.names = nil, nil, nil, nil
 	return err
 }

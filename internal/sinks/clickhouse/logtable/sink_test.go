@@ -1,10 +1,13 @@
 package logtable
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,3 +224,116 @@ func TestBuildColumnsValues(t *testing.T) {
 }
 
 func reflectLen(v any) int { return reflect.ValueOf(v).Len() }
+
+// deliverOne delivers one json-lines batch of n records with uuids
+// prefix-0 … prefix-(n-1).
+func deliverOne(ctx context.Context, sink *Sink, prefix string, n int) error {
+	b := &accesslog.Batch{EnvironmentID: "env-1", Format: accesslog.FormatJSONLines, SeqNum: accesslog.NoSeqNum, ReceivedUnixNano: time.Now().UnixNano()}
+	for i := 0; i < n; i++ {
+		b.Records = append(b.Records, json.RawMessage(fmt.Sprintf(`{"timestamp":1763856000.5,"uuid":"%s-%d","status_code":200}`, prefix, i)))
+	}
+	return sink.Deliver(ctx, []*accesslog.Batch{b})
+}
+
+// TestTableLayout: a new access_logs is partitioned by day and sorted by
+// environment and hour ahead of the record identity.
+func TestTableLayout(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	sink := New(Config{DSN: srv.DSN(db)})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := deliverOne(ctx, sink, "u", 3); err != nil {
+		t.Fatal(err)
+	}
+	var partition, sorting string
+	if err := srv.Conn(t).QueryRow(ctx, "SELECT partition_key, sorting_key FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs'").Scan(&partition, &sorting); err != nil {
+		t.Fatal(err)
+	}
+	if partition != "toDate(timestamp)" || sorting != "environment_id, toStartOfHour(timestamp), profile_id, agent_id, datestamp, seq_num, record_key, record_index" {
+		t.Errorf("partition key %q, sorting key %q", partition, sorting)
+	}
+}
+
+// TestOldLayoutKeepsWorking: an access_logs created by an older receiver
+// (sorted by the identity only, partitioned by month) is used as it is,
+// with a warning pointing at the migration; records still collapse under
+// FINAL.
+func TestOldLayoutKeepsWorking(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	v := clickhouse.MustParseVersion("18.16.1")
+	stmts := DDL(db, "", v, accesslog.Fields())
+	old := strings.Replace(stmts[len(stmts)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
+		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1)
+	if old == stmts[len(stmts)-1] {
+		t.Fatalf("could not derive the old layout from:\n%s", old)
+	}
+	srv.Exec(t, old)
+	var logs bytes.Buffer
+	sink := New(Config{DSN: srv.DSN(db), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for range 2 {
+		if err := deliverOne(ctx, sink, "u", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := srv.QueryUint64(t, "SELECT count() FROM `"+db+"`.access_logs FINAL"); n != 10 {
+		t.Errorf("%d records under FINAL, want 10", n)
+	}
+	if n := srv.QueryUint64(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND sorting_key = 'environment_id, profile_id, agent_id, datestamp, seq_num, record_key, record_index'"); n != 1 {
+		t.Error("the old table's sorting key changed")
+	}
+	if !strings.Contains(logs.String(), "old layout") || !strings.Contains(logs.String(), "INSERT") {
+		t.Errorf("no warning about the old layout in the log:\n%s", logs.String())
+	}
+}
+
+// TestMigrationRecipe follows the README's migration of an old-layout
+// access_logs while the receiver keeps delivering: RENAME it away, the
+// sink re-creates access_logs in the new layout at its next delivery, and
+// INSERT … SELECT * copies the old rows; a record delivered before and
+// after the rename still counts once.
+func TestMigrationRecipe(t *testing.T) {
+	srv := testenv.ClickHouse(t)
+	db := srv.NewDatabase(t)
+	stmts := DDL(db, "", clickhouse.MustParseVersion("18.16.1"), accesslog.Fields())
+	srv.Exec(t, strings.Replace(stmts[len(stmts)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
+		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1))
+	sink := New(Config{DSN: srv.DSN(db)})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := deliverOne(ctx, sink, "old", 10); err != nil {
+		t.Fatal(err)
+	}
+
+	srv.Exec(t, "RENAME TABLE `"+db+"`.access_logs TO `"+db+"`.access_logs_old")
+	// The worker retries a delivery that failed; the sink repairs first.
+	deliver := func(prefix string) {
+		t.Helper()
+		err := deliverOne(ctx, sink, prefix, 10)
+		if err != nil && clickhouse.IsSchemaError(err) {
+			err = deliverOne(ctx, sink, prefix, 10)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver("new")
+	deliver("old") // redelivered after the rename
+	srv.Exec(t, "INSERT INTO `"+db+"`.access_logs SELECT * FROM `"+db+"`.access_logs_old")
+
+	if n := srv.QueryUint64(t, "SELECT count() FROM `"+db+"`.access_logs FINAL"); n != 20 {
+		t.Errorf("%d records under FINAL after the migration, want 20", n)
+	}
+	if n := srv.QueryUint64(t, "SELECT uniqExact(uuid) FROM `"+db+"`.access_logs"); n != 20 {
+		t.Errorf("%d distinct uuids after the migration, want 20", n)
+	}
+	if n := srv.QueryUint64(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs' AND sorting_key LIKE '%toStartOfHour%'"); n != 1 {
+		t.Error("the re-created access_logs does not have the new layout")
+	}
+}

@@ -1,7 +1,6 @@
 package metrictables
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -20,23 +19,6 @@ const (
 	// nanoseconds, made strictly increasing within a process.
 	ColumnVersion = "version"
 )
-
-// SchemaOptions say how metrics tables are created. The zero value (apart
-// from Version) is a plain single-server table without TTL.
-type SchemaOptions struct {
-	// Version is the server's version; newer features (LowCardinality, TTL,
-	// codecs) are used only where it has them.
-	Version clickhouse.Version
-	// Database is the database the tables live in.
-	Database string
-	// Retention, when positive and the server supports TTL, drops rows whose
-	// bucket is older than this.
-	Retention time.Duration
-	// Cluster, when set, creates every table ON CLUSTER with a Replicated
-	// engine under the name <dataset>_local, and a Distributed table named as
-	// the dataset for reads and writes.
-	Cluster string
-}
 
 // ColumnKind tells how a Go value is converted for a column.
 type ColumnKind int
@@ -172,128 +154,31 @@ func TableName(ds *metricsapi.Dataset) string {
 	return ds.Name + "__by_" + strings.Join(kept, "__")
 }
 
-// LocalTable returns the name of the table that stores the rows: the dataset
-// itself, or <dataset>_local on a cluster (where the dataset's name is the
-// Distributed table).
-func (o SchemaOptions) LocalTable(dataset string) string {
-	if o.Cluster != "" {
-		return dataset + "_local"
-	}
-	return dataset
-}
-
-func (o SchemaOptions) onCluster() string {
-	if o.Cluster == "" {
-		return ""
-	}
-	return " ON CLUSTER " + clickhouse.QuoteIdent(o.Cluster)
-}
-
-func (o SchemaOptions) qualified(table string) string {
-	return clickhouse.QuoteIdent(o.Database) + "." + clickhouse.QuoteIdent(table)
-}
-
-// CreateTableDDL returns the statements that create dataset's table with
-// cols (from MetricsColumns), in order, each idempotent (IF NOT EXISTS).
+// TableSpec returns the table of dataset with columns cols (from
+// MetricsColumns) for servers of version v, with the retention as TTL (or
+// partition drops on servers without TTL; see clickhouse.Table). On a
+// cluster the Distributed table shards by environment, so that all of an
+// environment's buckets, and every version of each, are on one shard.
 // Readers query `SELECT … FROM <database>.<dataset> FINAL` on every version
 // and topology.
-func CreateTableDDL(dataset string, cols []Column, o SchemaOptions) []string {
-	local := o.LocalTable(dataset)
-	var b strings.Builder
-	b.WriteString("CREATE TABLE IF NOT EXISTS ")
-	b.WriteString(o.qualified(local))
-	b.WriteString(o.onCluster())
-	b.WriteString("\n(\n")
+func TableSpec(dataset string, cols []Column, v clickhouse.Version, retention time.Duration) *clickhouse.Table {
+	tc := make([]clickhouse.Column, len(cols))
 	for i, c := range cols {
-		b.WriteString("    ")
-		b.WriteString(clickhouse.QuoteIdent(c.Name))
-		b.WriteByte(' ')
-		b.WriteString(c.Type(o.Version))
-		if i < len(cols)-1 {
-			b.WriteByte(',')
-		}
-		b.WriteByte('\n')
+		tc[i] = clickhouse.Column{Name: c.Name, Type: c.Type(v), SortingKey: c.Key}
 	}
-	b.WriteString(")\n")
-	if o.Cluster != "" {
-		fmt.Fprintf(&b, "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/%s/%s', '{replica}', %s)\n",
-			escapeLiteral(o.Database), escapeLiteral(local), clickhouse.QuoteIdent(ColumnVersion))
-	} else {
-		fmt.Fprintf(&b, "ENGINE = ReplacingMergeTree(%s)\n", clickhouse.QuoteIdent(ColumnVersion))
-	}
-	fmt.Fprintf(&b, "PARTITION BY toYYYYMM(%s)\n", clickhouse.QuoteIdent(ColumnTime))
 	key := sortingKey(cols)
 	for i, k := range key {
 		key[i] = clickhouse.QuoteIdent(k)
 	}
-	fmt.Fprintf(&b, "ORDER BY (%s)", strings.Join(key, ", "))
-	if ttl := o.ttl(); ttl != "" {
-		b.WriteString("\n" + ttl)
+	return &clickhouse.Table{
+		Name:          dataset,
+		Columns:       tc,
+		Engine:        "ReplacingMergeTree",
+		EngineArgs:    []string{clickhouse.QuoteIdent(ColumnVersion)},
+		PartitionBy:   "toYYYYMM(" + clickhouse.QuoteIdent(ColumnTime) + ")",
+		OrderBy:       key,
+		ShardingKey:   "cityHash64(" + clickhouse.QuoteIdent(ColumnEnvironment) + ")",
+		Retention:     retention,
+		RetentionTime: clickhouse.QuoteIdent(ColumnTime),
 	}
-	stmts := []string{b.String()}
-	if o.Cluster != "" {
-		stmts = append(stmts, fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s%s AS %s\nENGINE = Distributed(%s, %s, %s, cityHash64(%s))",
-			o.qualified(dataset), o.onCluster(), o.qualified(local),
-			clickhouse.QuoteString(o.Cluster), clickhouse.QuoteString(o.Database), clickhouse.QuoteString(local), clickhouse.QuoteIdent(ColumnEnvironment)))
-	}
-	return stmts
-}
-
-// ttl returns the TTL clause for the retention, or "" when there is none or
-// the server has no TTL.
-func (o SchemaOptions) ttl() string {
-	if o.Retention <= 0 || !o.Version.HasTTL() {
-		return ""
-	}
-	return fmt.Sprintf("TTL %s + INTERVAL %d SECOND", clickhouse.QuoteIdent(ColumnTime), int64(o.Retention/time.Second))
-}
-
-// RetentionDDL returns the statement that sets (or, with no retention,
-// removes nothing: "" ) the TTL of an existing table, or "" when the server
-// has no TTL.
-func RetentionDDL(dataset string, o SchemaOptions) string {
-	ttl := o.ttl()
-	if ttl == "" {
-		return ""
-	}
-	return "ALTER TABLE " + o.qualified(o.LocalTable(dataset)) + o.onCluster() + " MODIFY " + ttl
-}
-
-// AddColumnsDDL returns the statements that add the columns missing from an
-// existing table: metrics become plain new columns; a new dimension is also
-// appended to the sorting key (after time), so rows that differ only in it
-// stay apart. On a cluster the Distributed table gets the columns too.
-// Nothing is ever dropped.
-func AddColumnsDDL(dataset string, missing []Column, existingKey []string, o SchemaOptions) []string {
-	if len(missing) == 0 {
-		return nil
-	}
-	var adds []string
-	newKey := append([]string(nil), existingKey...)
-	keyChanged := false
-	for _, c := range missing {
-		adds = append(adds, "ADD COLUMN "+clickhouse.QuoteIdent(c.Name)+" "+c.Type(o.Version))
-		if c.Key {
-			newKey = append(newKey, c.Name)
-			keyChanged = true
-		}
-	}
-	local := adds
-	if keyChanged {
-		q := make([]string, len(newKey))
-		for i, k := range newKey {
-			q[i] = clickhouse.QuoteIdent(k)
-		}
-		local = append(append([]string(nil), adds...), "MODIFY ORDER BY ("+strings.Join(q, ", ")+")")
-	}
-	stmts := []string{"ALTER TABLE " + o.qualified(o.LocalTable(dataset)) + o.onCluster() + "\n    " + strings.Join(local, ",\n    ")}
-	if o.Cluster != "" {
-		stmts = append(stmts, "ALTER TABLE "+o.qualified(dataset)+o.onCluster()+"\n    "+strings.Join(adds, ",\n    "))
-	}
-	return stmts
-}
-
-func escapeLiteral(s string) string {
-	q := clickhouse.QuoteString(s)
-	return q[1 : len(q)-1]
 }

@@ -31,14 +31,16 @@ func TestCreateTableDDL(t *testing.T) {
 	ds := testDataset()
 	cols := MetricsColumns(ds, nil, nil)
 	for _, tc := range []struct {
-		name string
-		opts SchemaOptions
-		want []string
+		name      string
+		version   string
+		cluster   string
+		retention time.Duration
+		want      []string
 	}{
 		{
-			name: "18.16 single server, retention ignored (no TTL)",
-			opts: SchemaOptions{Version: clickhouse.MustParseVersion("18.16.1"), Database: "cdn", Retention: 32 * 24 * time.Hour},
-			want: []string{"CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors`\n(\n" +
+			name:    "18.16 single server, retention ignored (no TTL)",
+			version: "18.16.1", retention: 32 * 24 * time.Hour,
+			want: []string{"CREATE DATABASE IF NOT EXISTS `cdn`", "CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors`\n(\n" +
 				"    `time` DateTime('UTC'),\n" +
 				"    `granularity` String,\n" +
 				"    `environment_id` String,\n" +
@@ -53,9 +55,9 @@ func TestCreateTableDDL(t *testing.T) {
 				"ORDER BY (`granularity`, `environment_id`, `country_code`, `http_status_code`, `time`)"},
 		},
 		{
-			name: "24.8 single server with retention",
-			opts: SchemaOptions{Version: clickhouse.MustParseVersion("24.8.4.13"), Database: "cdn", Retention: 32 * 24 * time.Hour},
-			want: []string{"CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors`\n(\n" +
+			name:    "24.8 single server with retention",
+			version: "24.8.4.13", retention: 32 * 24 * time.Hour,
+			want: []string{"CREATE DATABASE IF NOT EXISTS `cdn`", "CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors`\n(\n" +
 				"    `time` DateTime('UTC'),\n" +
 				"    `granularity` LowCardinality(String),\n" +
 				"    `environment_id` LowCardinality(String),\n" +
@@ -71,9 +73,9 @@ func TestCreateTableDDL(t *testing.T) {
 				"TTL `time` + INTERVAL 2764800 SECOND"},
 		},
 		{
-			name: "24.8 cluster without retention",
-			opts: SchemaOptions{Version: clickhouse.MustParseVersion("24.8.4.13"), Database: "cdn", Cluster: "prod"},
-			want: []string{"CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors_local` ON CLUSTER `prod`\n(\n" +
+			name:    "24.8 cluster without retention",
+			version: "24.8.4.13", cluster: "prod",
+			want: []string{"CREATE DATABASE IF NOT EXISTS `cdn` ON CLUSTER `prod`", "CREATE TABLE IF NOT EXISTS `cdn`.`edge_errors_local` ON CLUSTER `prod`\n(\n" +
 				"    `time` DateTime('UTC'),\n" +
 				"    `granularity` LowCardinality(String),\n" +
 				"    `environment_id` LowCardinality(String),\n" +
@@ -91,61 +93,12 @@ func TestCreateTableDDL(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := CreateTableDDL(ds.Name, cols, tc.opts)
+			v := clickhouse.MustParseVersion(tc.version)
+			got := clickhouse.CreateStatements("cdn", tc.cluster, v, TableSpec(ds.Name, cols, v, tc.retention))
 			if strings.Join(got, "\n;\n") != strings.Join(tc.want, "\n;\n") {
 				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n;\n"), strings.Join(tc.want, "\n;\n"))
 			}
 		})
-	}
-}
-
-func TestAddColumnsDDL(t *testing.T) {
-	key := []string{"granularity", "environment_id", "country_code", "time"}
-	metric := Column{Name: "requests_new_total", Kind: KindUInt64}
-	dim := Column{Name: "http_method", Kind: KindString, Key: true}
-	old := SchemaOptions{Version: clickhouse.MustParseVersion("18.16.1"), Database: "cdn"}
-	cur := SchemaOptions{Version: clickhouse.MustParseVersion("24.8.4.13"), Database: "cdn", Cluster: "prod"}
-	for _, tc := range []struct {
-		name    string
-		missing []Column
-		opts    SchemaOptions
-		want    []string
-	}{
-		{name: "nothing missing", opts: old},
-		{name: "metric on 18.16", missing: []Column{metric}, opts: old,
-			want: []string{"ALTER TABLE `cdn`.`edge_errors`\n    ADD COLUMN `requests_new_total` UInt64"}},
-		{name: "dimension on 18.16 extends the sorting key", missing: []Column{metric, dim}, opts: old,
-			want: []string{"ALTER TABLE `cdn`.`edge_errors`\n    ADD COLUMN `requests_new_total` UInt64,\n    ADD COLUMN `http_method` String,\n" +
-				"    MODIFY ORDER BY (`granularity`, `environment_id`, `country_code`, `time`, `http_method`)"}},
-		{name: "metric on a cluster", missing: []Column{metric}, opts: cur,
-			want: []string{
-				"ALTER TABLE `cdn`.`edge_errors_local` ON CLUSTER `prod`\n    ADD COLUMN `requests_new_total` UInt64 CODEC(T64, ZSTD(1))",
-				"ALTER TABLE `cdn`.`edge_errors` ON CLUSTER `prod`\n    ADD COLUMN `requests_new_total` UInt64 CODEC(T64, ZSTD(1))",
-			}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := AddColumnsDDL("edge_errors", tc.missing, key, tc.opts)
-			if strings.Join(got, "\n;\n") != strings.Join(tc.want, "\n;\n") {
-				t.Errorf("got:\n%s\nwant:\n%s", strings.Join(got, "\n;\n"), strings.Join(tc.want, "\n;\n"))
-			}
-		})
-	}
-}
-
-func TestRetentionDDL(t *testing.T) {
-	for _, tc := range []struct {
-		v    string
-		ret  time.Duration
-		want string
-	}{
-		{"18.16.1", time.Hour, ""},
-		{"24.8.1", 0, ""},
-		{"24.8.1", time.Hour, "ALTER TABLE `cdn`.`edge_usage_by_country` MODIFY TTL `time` + INTERVAL 3600 SECOND"},
-	} {
-		got := RetentionDDL("edge_usage_by_country", SchemaOptions{Version: clickhouse.MustParseVersion(tc.v), Database: "cdn", Retention: tc.ret})
-		if got != tc.want {
-			t.Errorf("%s retention %v: got %q, want %q", tc.v, tc.ret, got, tc.want)
-		}
 	}
 }
 

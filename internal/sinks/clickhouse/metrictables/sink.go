@@ -34,11 +34,18 @@ type SinkConfig struct {
 	// environment or a file, never a flag).
 	Password string
 	// Retention, when positive, becomes the tables' TTL on servers that
-	// have TTL (19.6+); 0 keeps rows forever.
+	// have TTL (19.6+); on older servers whole monthly partitions are
+	// dropped once all their rows are older (clickhouse.Schema.Expire). 0
+	// keeps rows forever.
 	Retention time.Duration
-	// Cluster, when set, creates tables ON CLUSTER with Replicated engines
-	// and a Distributed table per dataset (see SchemaOptions).
+	// Cluster, when set, names the cluster (remote_servers) the DSN's
+	// server belongs to: every dataset gets a Replicated <dataset>_local on
+	// every node and a Distributed <dataset> sharded by environment, and
+	// INSERTs are synchronous (see clickhouse.Schema).
 	Cluster string
+	// InsertQuorum, when above 1, makes every INSERT wait until that many
+	// replicas of its shard have the rows (insert_quorum).
+	InsertQuorum int
 	// MaxBackfill bounds how far back Resume lets the scheduler go
 	// (default 24h).
 	MaxBackfill time.Duration
@@ -84,8 +91,9 @@ type Sink struct {
 	writeCtx  context.Context
 	cancelAll context.CancelFunc
 
-	dbMu sync.Mutex
-	db   *clickhouse.DB
+	dbMu   sync.Mutex
+	db     *clickhouse.DB
+	schema *clickhouse.Schema
 	// lastDialErr and lastDialAt make callers fail fast for a moment after
 	// a failed connect, so that Resume calls of many datasets do not each
 	// wait for a dial timeout while ClickHouse is down.
@@ -98,9 +106,12 @@ type Sink struct {
 	tables   map[string]*tableState
 }
 
+// tableState is what the last Schema.Ensure of a dataset's table left.
 type tableState struct {
-	columns map[string]bool
-	key     []string
+	spec     *clickhouse.Table
+	columns  map[string]string
+	complete bool
+	checked  time.Time
 }
 
 // NewSink validates cfg and returns a sink that is not connected yet; Start
@@ -177,8 +188,8 @@ func (s *Sink) Close(ctx context.Context) error {
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
 	if s.db != nil {
-		err := s.db.Close()
-		s.db = nil
+		err := errors.Join(s.schema.Close(), s.db.Close())
+		s.db, s.schema = nil, nil
 		return err
 	}
 	return nil
@@ -412,13 +423,14 @@ func (s *Sink) writeAll(items []*block) []*block {
 			s.metrics.up.Set(0)
 			class := clickhouse.ErrorClass(err)
 			s.metrics.insertErrors.WithLabelValues(merged.dataset, class).Inc()
-			if class == clickhouse.ClassSchema {
-				// The table or a column is gone or changed: the next
-				// attempt reads the schema again and re-creates what is
-				// missing; the rows are kept.
+			switch class {
+			case clickhouse.ClassSchema:
+				// A table or column missing or changed, or the schema
+				// mid-change: transient. The next attempt checks and
+				// repairs the schema on every node first; the rows wait
+				// in the queue.
 				s.forgetTable(merged.table)
-			}
-			if class == clickhouse.ClassRejected {
+			case clickhouse.ClassRejected:
 				// The server rejected the data itself: forget what we know
 				// about the table (it may have changed) and give up on the
 				// rows after a few attempts rather than blocking the queue.
@@ -445,13 +457,31 @@ func (s *Sink) writeAll(items []*block) []*block {
 func (s *Sink) writeBlock(ctx context.Context, db *clickhouse.DB, b *block) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.InsertTimeout)
 	defer cancel()
-	if err := s.ensureTable(ctx, db, b.ds, b.cols); err != nil {
+	spec, err := s.ensureTable(ctx, db, b.ds, b.cols)
+	if err != nil {
 		return err
 	}
 	start := time.Now()
-	err := db.InsertColumns(ctx, b.table, columnNames(b.cols), b.columnData())
+	err = db.InsertColumns(ctx, b.table, columnNames(b.cols), b.columnData())
 	s.metrics.insertDuration.WithLabelValues(b.dataset).Observe(time.Since(start).Seconds())
+	if err == nil {
+		s.expire(ctx, spec)
+	}
 	return err
+}
+
+// expire enforces the retention on servers without TTL (Schema.Expire
+// runs at most hourly per table); a failure is logged, not returned.
+func (s *Sink) expire(ctx context.Context, spec *clickhouse.Table) {
+	s.dbMu.Lock()
+	schema := s.schema
+	s.dbMu.Unlock()
+	if schema == nil {
+		return
+	}
+	if _, err := schema.Expire(ctx, spec, s.cfg.Now()); err != nil {
+		s.log.Warn("could not drop ClickHouse partitions older than --clickhouse.retention", "table", spec.Name, "err", err)
+	}
 }
 
 // connect returns the open connection, opening one if needed.
@@ -466,7 +496,7 @@ func (s *Sink) connect(ctx context.Context) (*clickhouse.DB, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	opts := []clickhouse.Option{clickhouse.WithLogger(s.log)}
+	opts := []clickhouse.Option{clickhouse.WithLogger(s.log), clickhouse.WithCluster(s.cfg.Cluster), clickhouse.WithInsertQuorum(s.cfg.InsertQuorum)}
 	if s.cfg.Password != "" {
 		opts = append(opts, clickhouse.WithPassword(s.cfg.Password))
 	}
@@ -477,19 +507,27 @@ func (s *Sink) connect(ctx context.Context) (*clickhouse.DB, error) {
 	}
 	s.lastDialErr = nil
 	s.log.Info("connected to ClickHouse", "addr", db.Addr(), "database", db.Database(), "version", db.Version().String(),
-		"low_cardinality", db.Version().HasLowCardinality(), "ttl", db.Version().HasTTL(), "codecs", db.Version().HasCodecs())
+		"cluster", s.cfg.Cluster, "low_cardinality", db.Version().HasLowCardinality(), "ttl", db.Version().HasTTL(), "codecs", db.Version().HasCodecs())
 	if s.cfg.Retention > 0 && !db.Version().HasTTL() {
-		s.log.Warn("ClickHouse server has no TTL; --clickhouse.retention is not applied", "version", db.Version().String())
+		s.log.Info("ClickHouse server has no TTL; --clickhouse.retention drops whole monthly partitions once all their rows are older",
+			"version", db.Version().String(), "retention", s.cfg.Retention.String())
 	}
-	s.db = db
+	s.db, s.schema = db, clickhouse.NewSchema(db, s.log)
 	return db, nil
 }
 
-// DB returns the sink's connection, opening it if needed.
-func (s *Sink) DB(ctx context.Context) (*clickhouse.DB, error) { return s.connect(ctx) }
-
-func (s *Sink) schemaOptions(db *clickhouse.DB) SchemaOptions {
-	return SchemaOptions{Version: db.Version(), Database: db.Database(), Retention: s.cfg.Retention, Cluster: s.cfg.Cluster}
+// Schema returns the sink's schema manager (the tables of its connection,
+// on its cluster), connecting if needed.
+func (s *Sink) Schema(ctx context.Context) (*clickhouse.Schema, error) {
+	if _, err := s.connect(ctx); err != nil {
+		return nil, err
+	}
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	if s.schema == nil {
+		return nil, errors.New("clickhouse sink: closed")
+	}
+	return s.schema, nil
 }
 
 func (s *Sink) forgetTable(table string) {
@@ -498,80 +536,40 @@ func (s *Sink) forgetTable(table string) {
 	delete(s.tables, table)
 }
 
-// EnsureTable creates the table of ds (TableName) if it is missing and adds
-// columns for descriptor metrics and dimensions it lacks.
-func (s *Sink) EnsureTable(ctx context.Context, ds *metricsapi.Dataset) error {
-	db, err := s.connect(ctx)
-	if err != nil {
-		return err
-	}
-	return s.ensureTable(ctx, db, ds, MetricsColumns(ds, nil, nil))
-}
-
-func (s *Sink) ensureTable(ctx context.Context, db *clickhouse.DB, ds *metricsapi.Dataset, cols []Column) error {
+// ensureTable makes sure dataset ds's table has cols (and every column of
+// the descriptor) before an INSERT. It asks the schema manager on the
+// first write of the dataset, when a batch brings a column the table has
+// not, after a schema error (forgetTable), and every
+// clickhouse.RecheckInterval while the table is incomplete on the cluster.
+func (s *Sink) ensureTable(ctx context.Context, db *clickhouse.DB, ds *metricsapi.Dataset, cols []Column) (*clickhouse.Table, error) {
 	s.tablesMu.Lock()
 	defer s.tablesMu.Unlock()
 	table := TableName(ds)
 	st := s.tables[table]
-	if st != nil {
+	if st != nil && (st.complete || time.Since(st.checked) < clickhouse.RecheckInterval) {
 		missing := false
 		for _, c := range cols {
-			if !st.columns[c.Name] {
+			if _, ok := st.columns[c.Name]; !ok {
 				missing = true
 				break
 			}
 		}
 		if !missing {
-			return nil
+			return st.spec, nil
 		}
 	}
-	o := s.schemaOptions(db)
-	local := o.LocalTable(table)
-	existing, key, err := tableColumns(ctx, db, local)
+	schema, err := s.Schema(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if existing == nil {
-		// Create with every column the descriptor knows, plus any the batch
-		// has beyond it.
-		all := MetricsColumns(ds, nil, nil)
-		all = withExtra(all, cols)
-		for _, stmt := range CreateTableDDL(table, all, o) {
-			if err := db.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("create table %s for dataset %s: %w", table, ds.Name, err)
-			}
-		}
-		s.log.Info("created ClickHouse table", "table", db.Table(table), "columns", len(all), "cluster", o.Cluster)
-		existing, key, err = tableColumns(ctx, db, local)
-		if err != nil {
-			return err
-		}
-	} else if stmt := RetentionDDL(table, o); stmt != "" && st == nil {
-		if err := db.Exec(ctx, stmt); err != nil {
-			s.log.Warn("could not set the table's TTL", "table", db.Table(local), "err", err)
-		}
+	// Every column the descriptor knows, plus any the batch has beyond it.
+	spec := TableSpec(table, withExtra(MetricsColumns(ds, nil, nil), cols), db.Version(), s.cfg.Retention)
+	state, err := schema.Ensure(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("ClickHouse table %s for dataset %s: %w", table, ds.Name, err)
 	}
-	want := withExtra(MetricsColumns(ds, nil, nil), cols)
-	var missing []Column
-	for _, c := range want {
-		if !existing[c.Name] {
-			missing = append(missing, c)
-		}
-	}
-	if len(missing) > 0 {
-		for _, stmt := range AddColumnsDDL(table, missing, key, o) {
-			if err := db.Exec(ctx, stmt); err != nil {
-				return fmt.Errorf("add columns to table %s of dataset %s: %w", table, ds.Name, err)
-			}
-		}
-		names := columnNames(missing)
-		s.log.Info("added columns to ClickHouse table", "table", db.Table(table), "columns", strings.Join(names, ","))
-		for _, n := range names {
-			existing[n] = true
-		}
-	}
-	s.tables[table] = &tableState{columns: existing, key: key}
-	return nil
+	s.tables[table] = &tableState{spec: spec, columns: state.Columns, complete: state.Complete, checked: time.Now()}
+	return spec, nil
 }
 
 // withExtra appends the columns of extra that cols lacks (before version).
@@ -588,41 +586,6 @@ func withExtra(cols, extra []Column) []Column {
 		}
 	}
 	return append(out, cols[len(cols)-1])
-}
-
-// tableColumns reads a table's column names and sorting key; nil columns
-// when the table does not exist.
-func tableColumns(ctx context.Context, db *clickhouse.DB, table string) (map[string]bool, []string, error) {
-	rows, err := db.Conn().Query(ctx, "SELECT name FROM system.columns WHERE database = "+clickhouse.QuoteString(db.Database())+" AND table = "+clickhouse.QuoteString(table))
-	if err != nil {
-		return nil, nil, fmt.Errorf("read columns of %s: %w", table, err)
-	}
-	defer rows.Close()
-	cols := make(map[string]bool)
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, nil, fmt.Errorf("read columns of %s: %w", table, err)
-		}
-		cols[n] = true
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("read columns of %s: %w", table, err)
-	}
-	if len(cols) == 0 {
-		return nil, nil, nil
-	}
-	var key string
-	if err := db.Conn().QueryRow(ctx, "SELECT sorting_key FROM system.tables WHERE database = "+clickhouse.QuoteString(db.Database())+" AND name = "+clickhouse.QuoteString(table)).Scan(&key); err != nil {
-		return nil, nil, fmt.Errorf("read sorting key of %s: %w", table, err)
-	}
-	var keyCols []string
-	for _, k := range strings.Split(key, ",") {
-		if k = strings.Trim(strings.TrimSpace(k), "`"); k != "" {
-			keyCols = append(keyCols, k)
-		}
-	}
-	return cols, keyCols, nil
 }
 
 // Resume returns, per environment of envs, where the scheduler should resume

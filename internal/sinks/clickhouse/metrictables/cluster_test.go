@@ -1,0 +1,265 @@
+package metrictables_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+// newClusterWorld is newWorld with the sink writing to a cluster through
+// its first node.
+func newClusterWorld(t *testing.T, c *testenv.Cluster, envs int) *world {
+	t.Helper()
+	w := newWorldOn(t, c.Nodes[0].ClickHouseServer, envs)
+	w.cluster = c.Name
+	return w
+}
+
+// datasets lists the simulator's datasets.
+func (w *world) datasets() []metricsapi.Dataset {
+	w.t.Helper()
+	dss, err := w.api.Datasets(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return dss
+}
+
+// query returns the rows of a query with one String column, on node n.
+func query(t *testing.T, n *testenv.ClusterNode, q string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := n.Conn(t).Query(ctx, q)
+	if err != nil {
+		t.Fatalf("%s on %s: %v", q, n.ReplicaName, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// checkReplicasAndShards checks every dataset's local tables: the replicas
+// of each shard hold identical rows (count and a hash over every column,
+// after SYSTEM SYNC REPLICA), and no environment has rows on two shards.
+func (w *world) checkReplicasAndShards(c *testenv.Cluster) {
+	w.t.Helper()
+	for _, ds := range w.datasets() {
+		local := fmt.Sprintf("`%s`.`%s_local`", w.db, ds.Name)
+		cols := query(w.t, c.Nodes[0], fmt.Sprintf("SELECT name FROM system.columns WHERE database = '%s' AND table = '%s_local'", w.db, ds.Name))
+		for i, col := range cols {
+			cols[i] = "`" + col + "`"
+		}
+		digest := fmt.Sprintf("SELECT concat(toString(count()), '/', toString(sum(cityHash64(%s)))) FROM %s", strings.Join(cols, ", "), local)
+		envsOf := map[int][]string{}
+		for _, shard := range []int{1, 2} {
+			var first string
+			for _, n := range c.Shard(shard) {
+				n.Exec(w.t, "SYSTEM SYNC REPLICA "+local)
+				d := query(w.t, n, digest)[0]
+				if first == "" {
+					first = d
+				} else if d != first {
+					w.t.Errorf("%s: replica %s holds %s (rows/hash), replica %s %s", local, c.Shard(shard)[0].ReplicaName, first, n.ReplicaName, d)
+				}
+			}
+			envsOf[shard] = query(w.t, c.Shard(shard)[0], "SELECT DISTINCT environment_id FROM "+local)
+		}
+		if len(envsOf[1]) == 0 || len(envsOf[2]) == 0 {
+			w.t.Errorf("%s: environments per shard %d and %d: with %d environments both shards should have some", ds.Name, len(envsOf[1]), len(envsOf[2]), len(w.envs))
+		}
+		for _, e := range envsOf[1] {
+			if slices.Contains(envsOf[2], e) {
+				w.t.Errorf("%s: environment %s has rows on both shards", ds.Name, e)
+			}
+		}
+	}
+}
+
+// syncReplicas waits until every replica has what its shard acknowledged
+// (SYSTEM SYNC REPLICA on every node): a query through a Distributed table
+// reads one replica of each shard, and a shard's other replicas copy an
+// INSERT asynchronously.
+func (w *world) syncReplicas(c *testenv.Cluster) {
+	w.t.Helper()
+	for _, ds := range w.datasets() {
+		for _, n := range c.Nodes {
+			n.Exec(w.t, fmt.Sprintf("SYSTEM SYNC REPLICA `%s`.`%s_local`", w.db, ds.Name))
+		}
+	}
+}
+
+// schemaOn returns, per dataset, the columns of its local and Distributed
+// tables on node n ("" when missing), comma-separated.
+func (w *world) schemaOn(n *testenv.ClusterNode) map[string]string {
+	w.t.Helper()
+	out := map[string]string{}
+	for _, ds := range w.datasets() {
+		for _, table := range []string{ds.Name + "_local", ds.Name} {
+			out[table] = strings.Join(query(w.t, n, fmt.Sprintf(
+				"SELECT name FROM system.columns WHERE database = '%s' AND table = '%s' ORDER BY name", w.db, table)), ",")
+		}
+	}
+	return out
+}
+
+// checkSchemaEverywhere fails unless every node has every dataset's local
+// and Distributed tables with the same columns as the first node, and
+// returns the first node's.
+func (w *world) checkSchemaEverywhere(c *testenv.Cluster) map[string]string {
+	w.t.Helper()
+	want := w.schemaOn(c.Nodes[0])
+	for table, cols := range want {
+		if cols == "" {
+			w.t.Errorf("no table %s on %s", table, c.Nodes[0].ReplicaName)
+		}
+	}
+	for _, n := range c.Nodes[1:] {
+		got := w.schemaOn(n)
+		for table, cols := range want {
+			if got[table] != cols {
+				w.t.Errorf("%s on %s has columns [%s], on %s [%s]", table, n.ReplicaName, got[table], c.Nodes[0].ReplicaName, cols)
+			}
+		}
+	}
+	return want
+}
+
+// TestExporterOnCluster runs the exporter's scheduler and ClickHouse sink
+// against a real 2-shard × 2-replica ClickHouse 18.16 cluster with
+// ZooKeeper (--clickhouse.cluster). The subtests share the cluster, each
+// with a database of its own, one after the other (one stops a node).
+func TestExporterOnCluster(t *testing.T) {
+	c := testenv.ClickHouseCluster(t, testenv.ClusterOptions{Shards: 2, Replicas: 2})
+
+	// From an empty cluster: every dataset exact under FINAL through the
+	// Distributed table, replicas identical, shards disjoint by
+	// environment, nothing dropped.
+	t.Run("empty cluster", func(t *testing.T) {
+		w := newClusterWorld(t, c, 25)
+		reg := prometheus.NewRegistry()
+		sink := w.newSink(reg)
+		r := w.startScheduler(sink)
+		for range 3 {
+			w.cycle(r)
+		}
+		flush(t, sink)
+		w.syncReplicas(c)
+		n := w.compare(w.ch.Conn(t), t0.Add(-30*time.Minute), metricsapi.FiveMinutes.Truncate(w.clock.Now()))
+		w.checkSchemaEverywhere(c)
+		w.checkReplicasAndShards(c)
+		if d := testutilSum(t, reg, "edgepipe_clickhouse_dropped_rows_total"); d != 0 {
+			t.Errorf("%v rows dropped", d)
+		}
+		t.Logf("%d rows exact under FINAL through the Distributed tables", n)
+	})
+
+	// One replica down (kill -9) when the exporter starts, back 30 s later:
+	// the schema is completed on it, nothing is dropped, FINAL is exact and
+	// the replica catches up.
+	t.Run("replica down at start", func(t *testing.T) {
+		down := c.Node(2, 2)
+		down.Kill()
+		w := newClusterWorld(t, c, 25)
+		reg := prometheus.NewRegistry()
+		sink := w.newSink(reg)
+		killedAt := time.Now()
+		r := w.startScheduler(sink)
+		w.cycle(r)
+		flush(t, sink)
+		for time.Since(killedAt) < 30*time.Second {
+			time.Sleep(time.Second)
+		}
+		down.Start()
+		// Writes after the node is back complete the schema on it (the
+		// sink checks an incomplete table again every RecheckInterval).
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			w.cycle(r)
+			flush(t, sink)
+			schema := w.schemaOn(down)
+			complete := true
+			for _, cols := range schema {
+				complete = complete && cols != ""
+			}
+			if complete {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("schema on %s still incomplete 90s after it came back: %v", down.ReplicaName, schema)
+			}
+			time.Sleep(2 * time.Second)
+		}
+		w.cycle(r)
+		flush(t, sink)
+		w.syncReplicas(c)
+		w.compare(w.ch.Conn(t), t0.Add(-30*time.Minute), metricsapi.FiveMinutes.Truncate(w.clock.Now()))
+		w.checkSchemaEverywhere(c)
+		w.checkReplicasAndShards(c)
+		if d := testutilSum(t, reg, "edgepipe_clickhouse_dropped_rows_total"); d != 0 {
+			t.Errorf("%v rows dropped", d)
+		}
+	})
+
+	// A metric column dropped on the cluster (every local table and every
+	// Distributed table), exporter restarted: the column is back on every
+	// node and the rows written since are exact under FINAL.
+	t.Run("dropped column", func(t *testing.T) {
+		w := newClusterWorld(t, c, 25)
+		sink := w.newSink(nil)
+		r := w.startScheduler(sink)
+		w.cycle(r)
+		flush(t, sink)
+		r.stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := sink.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		before := w.checkSchemaEverywhere(c)
+
+		const dataset, metric = "edge_usage_by_country", "requests_edge_total"
+		c.Nodes[0].Exec(t, fmt.Sprintf("ALTER TABLE `%s`.`%s_local` ON CLUSTER %s DROP COLUMN %s", w.db, dataset, c.Name, metric))
+		for _, n := range c.Nodes {
+			n.Exec(t, fmt.Sprintf("ALTER TABLE `%s`.`%s` DROP COLUMN %s", w.db, dataset, metric))
+		}
+		if cols := w.schemaOn(c.Node(2, 2))[dataset]; strings.Contains(cols, metric) {
+			t.Fatalf("%s still has %s after DROP COLUMN: %s", dataset, metric, cols)
+		}
+
+		restartedAt := metricsapi.FiveMinutes.Truncate(w.clock.Now())
+		w.clock.Advance(5 * time.Minute)
+		reg := prometheus.NewRegistry()
+		sink2 := w.newSink(reg)
+		r2 := w.startScheduler(sink2)
+		w.cycle(r2)
+		flush(t, sink2)
+		after := w.checkSchemaEverywhere(c)
+		if after[dataset] != before[dataset] || after[dataset+"_local"] != before[dataset+"_local"] {
+			t.Errorf("columns after the restart %q / %q, before the drop %q / %q",
+				after[dataset], after[dataset+"_local"], before[dataset], before[dataset+"_local"])
+		}
+		// The restarted scheduler re-polls its settle window (30 min): those
+		// rows carry the metric again.
+		w.syncReplicas(c)
+		w.compare(w.ch.Conn(t), restartedAt.Add(-25*time.Minute), metricsapi.FiveMinutes.Truncate(w.clock.Now()))
+		if d := testutilSum(t, reg, "edgepipe_clickhouse_dropped_rows_total"); d != 0 {
+			t.Errorf("%v rows dropped", d)
+		}
+	})
+}
