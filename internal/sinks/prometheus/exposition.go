@@ -92,16 +92,22 @@ type family struct {
 	apis []string
 }
 
+// chunkLabelSets is how many label sets of one metric WriteText renders
+// under one hold of a dataset's read lock: about a megabyte of text.
+const chunkLabelSets = 8192
+
 // WriteText writes every series the collector holds in the Prometheus text
 // format (0.0.4), family by family, straight from its state, then its
 // edgepipe_series, edgepipe_series_limit_dropped_total and
-// edgepipe_series_limit. Nothing is allocated per series, so a scrape of a
-// million series costs a buffer of its largest family rather than a
-// protobuf object per series. Each family is rendered under the dataset's
-// read lock into that buffer and written after the lock is released, so a
+// edgepipe_series_limit. Nothing is allocated per series: a scrape of a
+// million series costs a buffer of about a megabyte, kept for the next
+// scrape, rather than a protobuf object per series. The series are rendered
+// in chunks of chunkLabelSets label sets under the dataset's read lock into
+// that buffer, and each chunk is written after the lock is released, so a
 // slow client never holds up polling. Counters are written always, gauges
 // while their label set's newest bucket is within Options.GaugeMaxAge of the
-// dataset's newest; a metric without a value is left out.
+// dataset's newest; a metric without a value is left out, and a family
+// without a series too.
 func (c *Collector) WriteText(w io.Writer) error {
 	c.mu.RLock()
 	dss := make([]*datasetState, 0, len(c.datasets))
@@ -111,8 +117,6 @@ func (c *Collector) WriteText(w io.Writer) error {
 	c.mu.RUnlock()
 	slices.SortFunc(dss, func(a, b *datasetState) int { return strings.Compare(a.name, b.name) })
 	gaugeAge := int64(c.opts.GaugeMaxAge / time.Second)
-	// The buffer grows to the text of the largest family and is kept for
-	// the next scrape.
 	bp, _ := c.textBufs.Get().(*[]byte)
 	if bp == nil {
 		bp = new([]byte)
@@ -125,11 +129,16 @@ func (c *Collector) WriteText(w io.Writer) error {
 		fams := d.families()
 		d.mu.RUnlock()
 		for _, f := range fams {
-			d.mu.RLock()
-			buf = d.appendFamily(buf[:0], f, d.dsNewest-gaugeAge)
-			d.mu.RUnlock()
-			if _, err := w.Write(buf); err != nil {
-				return err
+			header := false
+			for _, api := range f.apis {
+				for from, done := 0, false; !done; {
+					d.mu.RLock()
+					buf, from, done = d.appendSeries(buf[:0], f.name, api, from, d.dsNewest-gaugeAge, &header)
+					d.mu.RUnlock()
+					if _, err := w.Write(buf); err != nil {
+						return err
+					}
+				}
 			}
 		}
 	}
@@ -154,69 +163,67 @@ func (d *datasetState) families() []family {
 	return out
 }
 
-// appendFamily appends the text of family f to b: HELP and TYPE, then a
-// line per series that has a value (gauges only if the series' newest bucket
-// is not older than gaugeFloor). A family without a line is left out whole.
-// d.mu must be held.
-func (d *datasetState) appendFamily(b []byte, f family, gaugeFloor int64) []byte {
-	start := len(b)
+// appendSeries appends to b a line for every label set from slot from on, at
+// most chunkLabelSets of them, that has a value of API metric api (gauges
+// only if the label set's newest bucket is not older than gaugeFloor), with
+// the family's HELP and TYPE lines before the first line of family name
+// (header says whether they were written). It returns where to go on from
+// and whether the metric is done. A metric that is no longer one of the
+// family's (the state changed since the families were listed) is done at
+// once. d.mu must be held.
+func (d *datasetState) appendSeries(b []byte, name, api string, from int, gaugeFloor int64, header *bool) ([]byte, int, bool) {
+	j, ok := d.byName[api]
+	if !ok || j >= len(d.plans) || d.plans[j].name != name {
+		return b, 0, true
+	}
+	pl := d.plans[j]
+	counter := pl.kind == kindCounter
 	names := labelNames(d.resultLbls)
+	order := labelOrder(names, pl.percentile != "")
 	k, p := d.k, len(d.plans)
-	lines := 0
-	for _, api := range f.apis {
-		j, ok := d.byName[api]
-		if !ok || j >= p || d.plans[j].name != f.name {
-			continue // the state changed since the family was listed
+	end := min(from+chunkLabelSets, len(d.newest))
+	for i := from; i < end; i++ {
+		lbls := d.labels[i*k : (i+1)*k : (i+1)*k]
+		if lbls[0] == "" {
+			continue
 		}
-		pl := d.plans[j]
-		counter := pl.kind == kindCounter
-		if len(b) == start {
+		v := d.vals[i*p+j]
+		if math.IsNaN(v) {
+			continue
+		}
+		if !counter {
+			if d.newest[i] < gaugeFloor {
+				continue
+			}
+			v *= pl.scale
+		}
+		if !*header {
 			b = appendHeader(b, pl.name, pl.help, counter)
+			*header = true
 		}
-		order := labelOrder(names, pl.percentile != "")
-		for i := range d.newest {
-			lbls := d.labels[i*k : (i+1)*k : (i+1)*k]
-			if lbls[0] == "" {
-				continue
+		b = append(b, pl.name...)
+		for n, src := range order {
+			if n == 0 {
+				b = append(b, '{')
+			} else {
+				b = append(b, ',')
 			}
-			v := d.vals[i*p+j]
-			if math.IsNaN(v) {
-				continue
+			if src < 0 {
+				b = append(b, LabelPercentile...)
+				b = append(b, `="`...)
+				b = appendLabelValue(b, pl.percentile)
+			} else {
+				b = append(b, names[src]...)
+				b = append(b, `="`...)
+				b = appendLabelValue(b, lbls[src])
 			}
-			if !counter {
-				if d.newest[i] < gaugeFloor {
-					continue
-				}
-				v *= pl.scale
-			}
-			b = append(b, pl.name...)
-			for n, src := range order {
-				if n == 0 {
-					b = append(b, '{')
-				} else {
-					b = append(b, ',')
-				}
-				if src < 0 {
-					b = append(b, LabelPercentile...)
-					b = append(b, `="`...)
-					b = appendLabelValue(b, pl.percentile)
-				} else {
-					b = append(b, names[src]...)
-					b = append(b, `="`...)
-					b = appendLabelValue(b, lbls[src])
-				}
-				b = append(b, '"')
-			}
-			b = append(b, '}', ' ')
-			b = appendFloat(b, v)
-			b = append(b, '\n')
-			lines++
+			b = append(b, '"')
 		}
+		b = append(b, '}', ' ')
+		b = appendFloat(b, v)
+		b = append(b, '\n')
 	}
-	if lines == 0 {
-		return b[:start]
-	}
-	return b
+	return b, end, end >= len(d.newest)
 }
 
 // labelOrder returns the sources of a series' labels in name order, as

@@ -88,7 +88,8 @@ func sortedLines(b []byte) []string {
 // TestWriteTextMatchesClientGolang: the text WriteText writes equals
 // client_golang's encoding of the same series as const metrics (names, help,
 // types, label order and escaping, float format), with label values that
-// need escaping, percentiles, hidden gauges and values that are missing.
+// need escaping, percentiles, hidden gauges, values that are missing, and a
+// metric of more label sets than one chunk.
 func TestWriteTextMatchesClientGolang(t *testing.T) {
 	c := NewCollector(Options{})
 	ctx := context.Background()
@@ -97,9 +98,14 @@ func TestWriteTextMatchesClientGolang(t *testing.T) {
 		upd("e1", `quo"te\back`+"\nslash", 1, nil, 7, math.NaN(), 800, 10, 5),
 		upd("e2", "de", 9, nil, 1e21, 1.0/3, 0, 1, 1e-7),
 	))
-	c.Publish(ctx, &schedule.Batch{Dataset: benchErrors, Granularity: metricsapi.FiveMinutes,
-		Labels: []string{"country_code", "http_status_code"}, Metrics: []string{"requests_edge_total"},
-		Updates: []schedule.Update{{Row: metricsapi.Row{Time: base, Environment: "e1", Labels: []string{"us", "503"}, Values: []float64{3}}}}})
+	// More label sets than one chunk holds, some without traffic.
+	errs := &schedule.Batch{Dataset: benchErrors, Granularity: metricsapi.FiveMinutes,
+		Labels: []string{"country_code", "http_status_code"}, Metrics: []string{"requests_edge_total"}}
+	for i, ls := range labelSets(benchErrors, 2*chunkLabelSets+100) {
+		errs.Updates = append(errs.Updates, schedule.Update{Row: metricsapi.Row{Time: base, Environment: ls[0], Labels: ls[1:],
+			Values: []float64{float64(i % 3)}}})
+	}
+	c.Publish(ctx, errs)
 
 	var ours bytes.Buffer
 	if err := c.WriteText(&ours); err != nil {
