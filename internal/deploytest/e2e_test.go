@@ -53,6 +53,10 @@ func TestDashboardsEndToEnd(t *testing.T) {
 	)
 	// One exporter (and one Prometheus) per selection. Each writes to
 	// ClickHouse and OTLP too, so the dashboards' sink panels have data.
+	lean, err := filepath.Abs(leanConfig) // the programs run in a directory of their own
+	if err != nil {
+		t.Fatal(err)
+	}
 	type pipeline struct {
 		name string
 		prom *testenv.PrometheusServer
@@ -61,7 +65,7 @@ func TestDashboardsEndToEnd(t *testing.T) {
 	for _, sel := range []struct {
 		name string
 		args []string
-	}{{"default selection", nil}, {"lean config", []string{"--config.file=" + leanConfig}}} {
+	}{{"default selection", nil}, {"lean config", []string{"--config.file=" + lean}}} {
 		_, otlpAddr := otlptest.StartGRPC(t)
 		exporterAddr := testenv.FreeAddr(t)
 		startProgram(t, bins["exporter"], append([]string{
