@@ -89,6 +89,8 @@ type flags struct {
 	maxDecodedBytes     units.Base2Bytes
 	maxInFlight         int
 	maxRecordBytes      units.Base2Bytes
+	maxMemoryBytes      units.Base2Bytes
+	bodyTimeout         time.Duration
 	retryAfter          time.Duration
 	gapGrace            time.Duration
 	simulate            bool
@@ -139,11 +141,14 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("clickhouse.retention", "Drop access-log records older than this, e.g. 30d: a table TTL from ClickHouse 19.6 on; on older servers whole days are dropped once all their records are older. 0 keeps everything.").Default("0s").SetValue(&f.clickhouseRetention)
 	app.Flag("spool.dir", "Directory of the on-disk spool where accepted batches wait until every sink has them.").Default("./data/spool").StringVar(&f.spoolDir)
 	app.Flag("spool.max-bytes", "Size bound of the spool; when reached, ingest answers 503 with Retry-After (the platform retries) and drops nothing.").Default("10GiB").BytesVar(&f.spoolMaxBytes)
-	app.Flag("spool.segment-bytes", "Size of one spool segment file.").Default("64MiB").BytesVar(&f.spoolSegmentBytes)
+	app.Flag("spool.segment-bytes", "Size of one spool segment file (0: a sixteenth of --spool.max-bytes, between 1MiB and 64MiB).").Default("0").BytesVar(&f.spoolSegmentBytes)
 	app.Flag("ingest.max-body-bytes", "Largest request body as sent (gzip); 413 beyond.").Default("16MiB").BytesVar(&f.maxBodyBytes)
-	app.Flag("ingest.max-decoded-bytes", "Largest request body after decompression; 413 beyond (bounds memory per request at about 3x).").Default("32MiB").BytesVar(&f.maxDecodedBytes)
+	app.Flag("ingest.max-decoded-bytes", "Largest request body after decompression; 413 beyond.").Default("32MiB").BytesVar(&f.maxDecodedBytes)
 	app.Flag("ingest.max-record-bytes", "Largest single record (JSON); a batch holding a bigger one gets 413. At most --kafka.max-message-bytes when Kafka is enabled.").Default("512KiB").BytesVar(&f.maxRecordBytes)
-	app.Flag("ingest.max-in-flight", "Requests processed at once; beyond, 503 with Retry-After.").Default("16").IntVar(&f.maxInFlight)
+	app.Flag("ingest.max-in-flight", "Received requests decompressed, decoded and spooled at once; a request waits briefly for a slot, then gets 503 with Retry-After. A slot is taken only once the body has arrived.").Default("16").IntVar(&f.maxInFlight)
+	// Memory and slow senders (see the README's sizing rule).
+	app.Flag("ingest.max-memory-bytes", "Memory for request bodies in flight, as received and decompressed; a request beyond it waits briefly, then gets 503 with Retry-After. Size the memory limit from it: see the README's sizing rule.").Default("128MiB").BytesVar(&f.maxMemoryBytes)
+	app.Flag("ingest.body-timeout", "Time a request body may take to arrive; slower senders get 408 and hold no ingest slot meanwhile.").Default("30s").DurationVar(&f.bodyTimeout)
 	app.Flag("ingest.retry-after", "Retry-After sent with 503 answers.").Default("5s").DurationVar(&f.retryAfter)
 	app.Flag("dead-letter.max-bytes", "Size bound of the dead-letter store (<spool.dir>/dead-letter), all sinks together; rejected records that do not fit are dropped for that sink (the other sink still has them), counted in edgepipe_rtld_dead_letter_dropped_records_total and logged.").Default("1GiB").BytesVar(&f.deadLetterMaxBytes)
 	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default("10m").DurationVar(&f.gapGrace)
@@ -203,6 +208,9 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkSizes(f); err != nil {
+		return err
+	}
 	log := newLogger(f)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -241,6 +249,8 @@ func run(args []string) error {
 			MaxDecodedBytes: int64(f.maxDecodedBytes),
 			MaxInFlight:     f.maxInFlight,
 			MaxRecordBytes:  int(f.maxRecordBytes),
+			MaxMemoryBytes:  int64(f.maxMemoryBytes),
+			BodyTimeout:     f.bodyTimeout,
 			RetryAfter:      f.retryAfter,
 		},
 		DeadLetterMaxBytes: int64(f.deadLetterMaxBytes),

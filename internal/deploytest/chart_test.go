@@ -19,6 +19,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgepipe/edgepipe/internal/exportconfig"
+	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -152,6 +154,7 @@ func TestChartDefaults(t *testing.T) {
 		}
 	}
 	assertReceiverSpool(t, m, 2)
+	assertReceiverSizes(t, m)
 	assertPods(t, m, "HTTP")
 	assertDashboardConfigMaps(t, m, dashboards)
 }
@@ -235,6 +238,7 @@ func TestChartProduction(t *testing.T) {
 		}
 	}
 	assertReceiverSpool(t, m, -1)
+	assertReceiverSizes(t, m)
 
 	var hpa struct {
 		Spec struct {
@@ -486,6 +490,11 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"spool size without binary unit", []string{"receiver.spool.size=10G"}, "receiver.spool.size"},
 		{"dead-letter bound not a size", []string{"receiver.deadLetter.maxBytes=lots"}, "maxBytes"},
 		{"Kafka message limit not a size", []string{"receiver.kafka.maxMessageBytes=1M"}, "maxMessageBytes"},
+		// A spool smaller than two segments with room for the largest batch
+		// would answer 503 forever.
+		{"spool too small for the largest batch", []string{"receiver.spool.size=50Mi"}, "too small for batches of up to receiver.ingest.maxDecodedBytes=32MiB"},
+		{"ingest memory below one request", []string{"receiver.ingest.maxMemoryBytes=32MiB"}, "receiver.ingest.maxMemoryBytes=32MiB cannot hold one request"},
+		{"memory limit without binary unit", []string{"receiver.resources.limits.memory=1G"}, "receiver.resources.limits.memory"},
 		{"unknown value", []string{"exporter.pollIntervall=1m"}, "pollIntervall"},
 		{"unknown config key", []string{"exporter.config.datasets.edge_errors.dimensons[0]=country_code"}, "dimensons"},
 		{"config percentile out of range", []string{"exporter.config.datasets.edge_errors.percentiles[0]=100"}, "percentiles"},
@@ -777,5 +786,113 @@ func assertClickHouseClusterArgs(t *testing.T, program string, c container) {
 		if v, _ := c.argValue(flag); v != want {
 			t.Errorf("%s %s = %q, want %q (args %v)", program, flag, v, want, c.Args)
 		}
+	}
+}
+
+// assertReceiverSizes checks that the receiver's rendered sizes pass the
+// receiver's own start-up checks (a spool that holds two segments with room
+// for the largest batch, ingest memory for one request), and that its memory
+// limit and GOMEMLIMIT follow the README's sizing rule.
+func assertReceiverSizes(t *testing.T, m manifests) {
+	t.Helper()
+	c := workloadOf(t, m, "StatefulSet", "ci-edgepipe-receiver").Spec.Template.Spec.Containers[0]
+	size := func(flag string) int64 {
+		v, ok := c.argValue(flag)
+		if !ok {
+			t.Fatalf("receiver has no %s: %v", flag, c.Args)
+		}
+		n, err := quantityBytes(v)
+		if err != nil {
+			t.Fatalf("%s=%s: %v", flag, v, err)
+		}
+		return n
+	}
+	maxBytes, decoded, mem := size("--spool.max-bytes"), size("--ingest.max-decoded-bytes"), size("--ingest.max-memory-bytes")
+	if need := spool.MinMaxBytes(spool.SegmentBytesFor(maxBytes), rtld.SpoolEntryBytes(decoded)); maxBytes < need {
+		t.Errorf("--spool.max-bytes=%d is below %d: the receiver would refuse to start", maxBytes, need)
+	}
+	if need := rtld.MinMemoryBytes(rtld.DefaultMaxBodyBytes, decoded); mem < need {
+		t.Errorf("--ingest.max-memory-bytes=%d is below %d: the receiver would refuse to start", mem, need)
+	}
+	limit, err := quantityBytes(c.Resources.Limits["memory"])
+	if err != nil {
+		t.Fatalf("receiver memory limit: %v", err)
+	}
+	if rule := 4*mem + 512<<20; limit < rule {
+		t.Errorf("receiver memory limit %d is below the sizing rule's %d", limit, rule)
+	}
+	ev := c.env("GOMEMLIMIT")
+	if ev == nil || ev.Value == nil {
+		t.Fatalf("receiver has no GOMEMLIMIT value: %+v", ev)
+	}
+	if got, err := quantityBytes(*ev.Value); err != nil || got != (limit>>20)*85/100<<20 {
+		t.Errorf("GOMEMLIMIT=%s, want 85%% of the %d-byte limit (%v)", *ev.Value, limit, err)
+	}
+}
+
+// TestChartSpoolAlertsFire runs the receiver's spool alerts through
+// `promtool test rules`: damaged spool bytes alert at once, a full spool
+// disk after 5 minutes, and neither fires on a healthy receiver.
+func TestChartSpoolAlertsFire(t *testing.T) {
+	m := render(t, chartDir+"/ci/production-values.yaml")
+	var pr struct {
+		Spec struct {
+			Groups []map[string]any `yaml:"groups"`
+		} `yaml:"spec"`
+	}
+	m.ofKind("PrometheusRule")[0].decode(t, &pr)
+	dir := t.TempDir()
+	rules, err := yaml.Marshal(map[string]any{"groups": pr.Spec.Groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), rules, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pod := `namespace="edgepipe", pod="ci-edgepipe-receiver-0"`
+	tests := fmt.Sprintf(`rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'edgepipe_rtld_spool_corrupt_bytes_total{%[1]s}'
+        values: '0 0 0 19889 19889 19889 19889 19889 19889 19889'
+      - series: 'edgepipe_rtld_spool_disk_full{%[1]s}'
+        values: '0 0 1 1 1 1 1 1 1 1'
+      - series: 'edgepipe_rtld_spool_corrupt_bytes_total{namespace="edgepipe", pod="ci-edgepipe-receiver-1"}'
+        values: '0 0 0 0 0 0 0 0 0 0'
+      - series: 'edgepipe_rtld_spool_disk_full{namespace="edgepipe", pod="ci-edgepipe-receiver-1"}'
+        values: '0 0 0 0 0 0 0 0 0 0'
+    alert_rule_test:
+      - eval_time: 2m
+        alertname: EdgepipeSpoolCorrupt
+        exp_alerts: []
+      - eval_time: 4m
+        alertname: EdgepipeSpoolCorrupt
+        exp_alerts:
+          - exp_labels: {severity: critical, namespace: edgepipe, pod: ci-edgepipe-receiver-0}
+            exp_annotations:
+              summary: "damaged bytes in the spool of ci-edgepipe-receiver-0: acknowledged batches lost"
+              runbook_url: "%[2]s#edgepipespoolcorrupt"
+              description: "The receiver found spool bytes that fail their checksums, kept them in *.corrupt files beside the segment, and delivered everything else; edgepipe_rtld_spool_corrupt_entries_total counts the batches lost. The error log names the segment and offsets. Check the volume (disk errors, a bad node) and keep the .corrupt files for analysis."
+      - eval_time: 5m
+        alertname: EdgepipeSpoolDiskFull
+        exp_alerts: []
+      - eval_time: 8m
+        alertname: EdgepipeSpoolDiskFull
+        exp_alerts:
+          - exp_labels: {severity: critical, namespace: edgepipe, pod: ci-edgepipe-receiver-0}
+            exp_annotations:
+              summary: "the spool disk of ci-edgepipe-receiver-0 is full"
+              runbook_url: "%[2]s#edgepipespooldiskfull"
+              description: "Ingest answers 503 and /readyz fails until delivery frees segments or the volume grows; delivery goes on. Is a sink down (see edgepipe_rtld_sink_lag_bytes), or is --spool.max-bytes larger than the volume?"
+`, pod, "https://github.com/edgepipe/edgepipe/blob/main/deploy/helm/edgepipe/README.md")
+	if err := os.WriteFile(filepath.Join(dir, "tests.yml"), []byte(tests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.Promtool(t), "test", "rules", "tests.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
 	}
 }

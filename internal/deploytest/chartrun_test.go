@@ -30,6 +30,7 @@ import (
 // lines, environment and mounted files the chart renders, switched to the
 // built-in simulator:
 //
+//   - the chart's defaults (the simulator demo);
 //   - production values: sharded exporter with ClickHouse, OTLP and a config
 //     file (checked against the simulator's datasets at start), receiver
 //     with Kafka and ClickHouse;
@@ -47,14 +48,18 @@ func TestChartCommandLinesRun(t *testing.T) {
 		t.Skip("starts the programs")
 	}
 	for _, tc := range []struct {
-		name, values string
-		https        bool
+		name   string
+		values []string
+		https  bool
 	}{
-		{"production", chartDir + "/ci/production-values.yaml", false},
-		{"web config TLS", chartDir + "/ci/webconfig-values.yaml", true},
+		// The chart's defaults (the simulator demo): their sizes must work
+		// together, or the receiver refuses to start.
+		{"defaults", nil, false},
+		{"production", []string{chartDir + "/ci/production-values.yaml", "testdata/simulate.yaml"}, false},
+		{"web config TLS", []string{chartDir + "/ci/webconfig-values.yaml", "testdata/simulate.yaml"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			runRenderedPrograms(t, render(t, tc.values, "testdata/simulate.yaml"), tc.https)
+			runRenderedPrograms(t, render(t, tc.values...), tc.https)
 		})
 	}
 }

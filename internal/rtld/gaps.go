@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
+	"github.com/edgepipe/edgepipe/internal/rtld/statefile"
 )
 
 // GapReader is the spool reader name of the gap tracker. The tracker is a
@@ -30,36 +31,59 @@ const keepDays = 4
 // (a reset upstream) restarts the agent's sequence instead.
 const maxJump = 100_000
 
+// forgetAfter is how long after the grace period an agent that sends
+// nothing is forgotten.
+const forgetAfter = 24 * time.Hour
+
+// stateFile is the gap tracker's state in the spool directory; legacyStateFile
+// is where releases before it kept the state (read once, then removed).
+const (
+	stateFile       = "gaps.state"
+	legacyStateFile = "gaps.json"
+)
+
 // GapTracker follows seq_num per (environment, profile, agent, datestamp)
 // (the platform counts seq_num per profile and agent): it counts
 // duplicates and, once a missing seq_num has stayed missing for the grace
 // period, a gap (a batch lost upstream). It also answers whether a batch was
 // already spooled, so ingest can acknowledge a platform retry without
-// storing it again. Run it with Run; it is safe for concurrent use.
+// storing it again.
+//
+// Its memory and state file stay small whatever agents send: missing and
+// lost seq_nums are kept as ranges, agents silent for longer than the grace
+// period plus a day are forgotten, and the state is written (in place, so a
+// full disk does not stop it) only when it changed. Run it with Run and
+// Close it afterwards; it is safe for concurrent use.
 type GapTracker struct {
 	grace   time.Duration
-	path    string
+	dir     string
+	file    *statefile.File
 	metrics *Metrics
 	log     *slog.Logger
 
 	mu     sync.Mutex
 	agents map[agentKey]*agentState
 	next   uint64 // spool index after the last observed entry
+	dirty  bool   // the state changed since it was saved
+	legacy bool   // the state came from legacyStateFile
 }
 
 type agentKey struct{ Env, Profile, Agent string }
 
 type agentState struct {
 	days map[string]*dayState
+	// lastSeen is when the agent last sent a batch (unix seconds, to the
+	// hour, so it changes the state at most hourly).
+	lastSeen int64
 }
 
 type dayState struct {
 	Max int64 `json:"max"`
 	// Floor is the lowest seq_num the state knows about: after a reset
 	// (a jump of more than maxJump) nothing below it counts as seen.
-	Floor   int64           `json:"floor,omitempty"`
-	Missing map[int64]int64 `json:"missing,omitempty"` // seq → unix seconds noticed
-	Lost    map[int64]bool  `json:"lost,omitempty"`    // counted as gaps
+	Floor   int64     `json:"floor,omitempty"`
+	Missing seqRanges `json:"missing,omitempty"` // Since: when noticed
+	Lost    seqRanges `json:"lost,omitempty"`    // counted as gaps
 }
 
 // NewGapTracker returns a tracker that keeps its state in dir and counts a
@@ -68,12 +92,29 @@ func NewGapTracker(dir string, grace time.Duration, m *Metrics, log *slog.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	g := &GapTracker{grace: grace, path: filepath.Join(dir, "gaps.json"), metrics: m, log: log, agents: map[agentKey]*agentState{}}
-	if err := g.load(); err != nil {
-		return nil, err
+	g := &GapTracker{grace: grace, dir: dir, metrics: m, log: log, agents: map[agentKey]*agentState{}}
+	f, data, err := statefile.Open(filepath.Join(dir, stateFile), statefile.Options{Capacity: 32 << 10})
+	if err != nil {
+		return nil, fmt.Errorf("opening gap state: %w", err)
 	}
+	g.file = f
+	if data == nil {
+		data, err = os.ReadFile(filepath.Join(dir, legacyStateFile))
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return g, nil
+		case err != nil:
+			f.Close()
+			return nil, fmt.Errorf("reading gap state: %w", err)
+		}
+		g.legacy, g.dirty = true, true
+	}
+	g.load(data, time.Now())
 	return g, nil
 }
+
+// Close closes the state file. Call it after Run returned.
+func (g *GapTracker) Close() error { return g.file.Close() }
 
 type savedState struct {
 	Next   uint64       `json:"next_index"`
@@ -81,37 +122,39 @@ type savedState struct {
 }
 
 type savedAgent struct {
-	Env     string               `json:"environment_id"`
-	Profile string               `json:"profile_id"`
-	Agent   string               `json:"agent_id"`
-	Days    map[string]*dayState `json:"days"`
+	Env      string               `json:"environment_id"`
+	Profile  string               `json:"profile_id"`
+	Agent    string               `json:"agent_id"`
+	LastSeen int64                `json:"last_seen,omitempty"`
+	Days     map[string]*dayState `json:"days"`
 }
 
-func (g *GapTracker) load() error {
-	data, err := os.ReadFile(g.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("reading gap state: %w", err)
-	}
+func (g *GapTracker) load(data []byte, now time.Time) {
 	var st savedState
 	if err := json.Unmarshal(data, &st); err != nil {
-		g.log.Warn("rtld: unreadable gap state, starting afresh", "path", g.path, "err", err)
-		return nil
+		g.log.Warn("rtld: unreadable gap state, starting afresh", "dir", g.dir, "err", err)
+		return
 	}
 	g.next = st.Next
 	for _, a := range st.Agents {
-		g.agents[agentKey{a.Env, a.Profile, a.Agent}] = &agentState{days: a.Days}
+		if a.LastSeen == 0 {
+			// State from before last_seen: count from now.
+			a.LastSeen = now.Truncate(time.Hour).Unix()
+		}
+		g.agents[agentKey{a.Env, a.Profile, a.Agent}] = &agentState{days: a.Days, lastSeen: a.LastSeen}
 	}
-	return nil
 }
 
-func (g *GapTracker) save() (uint64, error) {
+// save writes the state if it changed since the last save.
+func (g *GapTracker) save() error {
 	g.mu.Lock()
+	if !g.dirty {
+		g.mu.Unlock()
+		return nil
+	}
 	st := savedState{Next: g.next}
 	for k, a := range g.agents {
-		st.Agents = append(st.Agents, savedAgent{Env: k.Env, Profile: k.Profile, Agent: k.Agent, Days: a.days})
+		st.Agents = append(st.Agents, savedAgent{Env: k.Env, Profile: k.Profile, Agent: k.Agent, LastSeen: a.lastSeen, Days: a.days})
 	}
 	sort.Slice(st.Agents, func(i, j int) bool {
 		x, y := st.Agents[i], st.Agents[j]
@@ -124,26 +167,24 @@ func (g *GapTracker) save() (uint64, error) {
 		return x.Agent < y.Agent
 	})
 	data, err := json.Marshal(st)
+	g.dirty = false
 	g.mu.Unlock()
-	if err != nil {
-		return 0, fmt.Errorf("encoding gap state: %w", err)
-	}
-	tmp := g.path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o640); err != nil {
-		return 0, fmt.Errorf("writing gap state: %w", err)
-	}
-	f, err := os.Open(tmp)
 	if err == nil {
-		err = f.Sync()
-		f.Close()
+		err = g.file.Write(data)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("syncing gap state: %w", err)
+		g.mu.Lock()
+		g.dirty = true
+		g.mu.Unlock()
+		return fmt.Errorf("saving gap state: %w", err)
 	}
-	if err := os.Rename(tmp, g.path); err != nil {
-		return 0, fmt.Errorf("replacing gap state: %w", err)
+	if g.legacy {
+		g.legacy = false
+		if err := os.Remove(filepath.Join(g.dir, legacyStateFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			g.log.Warn("rtld: cannot remove the converted legacy gap state", "err", err)
+		}
 	}
-	return st.Next, nil
+	return nil
 }
 
 // Seen reports whether the batch b (with identity) was already observed in
@@ -163,8 +204,7 @@ func (g *GapTracker) Seen(b *accesslog.Batch) bool {
 	if d == nil || seq > d.Max || seq < d.Floor {
 		return false
 	}
-	_, missing := d.Missing[seq]
-	return !missing && !d.Lost[seq]
+	return !d.Missing.contains(seq) && !d.Lost.contains(seq)
 }
 
 // CountDuplicate records a duplicate that ingest acknowledged without
@@ -186,6 +226,9 @@ func (g *GapTracker) observe(b *accesslog.Batch, now time.Time) {
 		a = &agentState{days: map[string]*dayState{}}
 		g.agents[k] = a
 	}
+	if seen := now.Truncate(time.Hour).Unix(); seen > a.lastSeen {
+		a.lastSeen, g.dirty = seen, true
+	}
 	d := a.days[b.Datestamp]
 	if d == nil {
 		d = &dayState{Max: -1}
@@ -199,26 +242,19 @@ func (g *GapTracker) observe(b *accesslog.Batch, now time.Time) {
 			g.log.Warn("rtld: seq_num jumped, restarting the agent's sequence", "environment_id", k.Env, "agent_id", k.Agent,
 				"datestamp", b.Datestamp, "from", d.Max, "to", seq)
 			d.Missing, d.Lost, d.Floor = nil, nil, seq
-		} else {
-			for s := d.Max + 1; s < seq; s++ {
-				if d.Missing == nil {
-					d.Missing = map[int64]int64{}
-				}
-				d.Missing[s] = now.Unix()
-			}
+		} else if seq > d.Max+1 {
+			d.Missing.add(seqRange{Lo: d.Max + 1, Hi: seq - 1, Since: now.Unix()})
 		}
-		d.Max = seq
+		d.Max, g.dirty = seq, true
 	case seq < d.Floor:
 		// Below a reset: unknown territory, neither a gap nor a duplicate.
-	case d.Lost[seq]:
-		delete(d.Lost, seq)
+	case d.Lost.remove(seq):
+		g.dirty = true
 		g.metrics.late.WithLabelValues(k.Env, k.Agent).Inc()
+	case d.Missing.remove(seq):
+		g.dirty = true
 	default:
-		if _, ok := d.Missing[seq]; ok {
-			delete(d.Missing, seq)
-		} else {
-			g.metrics.duplicates.WithLabelValues(k.Env, k.Agent).Inc()
-		}
+		g.metrics.duplicates.WithLabelValues(k.Env, k.Agent).Inc()
 	}
 }
 
@@ -236,26 +272,36 @@ func (g *GapTracker) forgetOldDays(a *agentState) {
 	}
 }
 
-// sweep turns seq_nums missing for longer than the grace period into gaps
-// and updates the missing gauge.
+// sweep turns seq_nums missing for longer than the grace period into gaps,
+// forgets agents silent for longer than the grace period plus a day, and
+// updates the missing gauge.
 func (g *GapTracker) sweep(now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	pending := 0
+	var pending int64
 	cutoff := now.Add(-g.grace).Unix()
+	forget := now.Add(-g.grace - forgetAfter).Unix()
 	for k, a := range g.agents {
+		if a.lastSeen < forget {
+			delete(g.agents, k)
+			g.dirty = true
+			continue
+		}
 		for _, d := range a.days {
-			for seq, since := range d.Missing {
-				if since > cutoff {
-					pending++
+			kept := d.Missing[:0]
+			for _, r := range d.Missing {
+				if r.Since > cutoff {
+					pending += r.Hi - r.Lo + 1
+					kept = append(kept, r)
 					continue
 				}
-				delete(d.Missing, seq)
-				if d.Lost == nil {
-					d.Lost = map[int64]bool{}
-				}
-				d.Lost[seq] = true
-				g.metrics.gaps.WithLabelValues(k.Env, k.Agent).Inc()
+				d.Lost.add(seqRange{Lo: r.Lo, Hi: r.Hi})
+				g.metrics.gaps.WithLabelValues(k.Env, k.Agent).Add(float64(r.Hi - r.Lo + 1))
+				g.dirty = true
+			}
+			d.Missing = kept
+			if len(d.Missing) == 0 {
+				d.Missing = nil
 			}
 		}
 	}
@@ -264,9 +310,13 @@ func (g *GapTracker) sweep(now time.Time) {
 
 // SpoolReader is what the gap tracker needs from its spool cursor.
 type SpoolReader interface {
-	Next(ctx context.Context, maxEntries int, maxBytes int64) ([]spool.Entry, error)
+	NextPrefixes(ctx context.Context, maxEntries, prefix int) ([]spool.Entry, error)
 	Commit(p spool.Position) error
 }
+
+// gapPrefixBytes is how much of each spooled batch the tracker reads: its
+// metadata comes first (a batch with longer metadata is not tracked).
+const gapPrefixBytes = 16 << 10
 
 // Run observes every spooled batch from r until ctx ends, sweeping for gaps
 // and saving its state (then committing r) every interval. It returns nil
@@ -280,7 +330,8 @@ func (g *GapTracker) Run(ctx context.Context, r SpoolReader, interval time.Durat
 	go func() {
 		defer wg.Done()
 		for {
-			e, err := r.Next(readCtx, 1024, 64<<20)
+			// The tracker needs only each entry's metadata, at its start.
+			e, err := r.NextPrefixes(readCtx, 1024, gapPrefixBytes)
 			if err != nil {
 				readErr <- err
 				return
@@ -299,7 +350,7 @@ func (g *GapTracker) Run(ctx context.Context, r SpoolReader, interval time.Durat
 	var last *spool.Position
 	persist := func() error {
 		g.sweep(time.Now())
-		if _, err := g.save(); err != nil {
+		if err := g.save(); err != nil {
 			return err
 		}
 		if last != nil {

@@ -1,19 +1,23 @@
 // Package rtld is edgepipe's real-time log delivery receiver: the ingest
 // source that accepts the platform's access-log batches, the gap detector and
-// the profile registrar. The data types live in rtld/logbatch, the spool in
+// the profile registrar. The data types live in internal/accesslog, the spool in
 // rtld/spool, the delivery workers in rtld/delivery; rtld/receiver wires them.
 package rtld
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,9 +36,12 @@ import (
 const (
 	DefaultMaxBodyBytes    = 16 << 20
 	DefaultMaxDecodedBytes = 32 << 20
+	DefaultMaxMemoryBytes  = 128 << 20
 	DefaultMaxInFlight     = 16
 	DefaultMaxRecordBytes  = 512 << 10
 	DefaultRetryAfter      = 5 * time.Second
+	DefaultBodyTimeout     = 30 * time.Second
+	DefaultQueueWait       = 2 * time.Second
 )
 
 // IngestConfig configures the ingest source.
@@ -44,16 +51,28 @@ type IngestConfig struct {
 	Username, Password string
 	// MaxBodyBytes bounds the request body as sent (gzip); 413 beyond.
 	MaxBodyBytes int64
-	// MaxDecodedBytes bounds the body after decompression; 413 beyond. It
-	// also bounds the memory one request can use (about 3× this).
+	// MaxDecodedBytes bounds the body after decompression; 413 beyond.
 	MaxDecodedBytes int64
+	// MaxMemoryBytes bounds the memory of request bodies in flight, as
+	// received and decompressed. A request that does not fit waits up to
+	// QueueWait, then gets 503 with Retry-After. It must hold at least one
+	// request of MaxBodyBytes and MaxDecodedBytes (MinMemoryBytes).
+	MaxMemoryBytes int64
 	// MaxRecordBytes bounds one record's JSON; a batch holding a bigger one
 	// is refused with 413 rather than accepted and then stuck forever in
 	// front of a sink that cannot take it (Kafka's message.max.bytes).
 	MaxRecordBytes int
-	// MaxInFlight is how many requests are processed at once; beyond it the
-	// answer is 503 with Retry-After.
+	// MaxInFlight is how many received requests are decompressed, decoded
+	// and spooled at once; a request waits up to QueueWait for a slot, then
+	// gets 503 with Retry-After. A slot is taken only once the body has
+	// arrived, so slow senders cannot hold the slots.
 	MaxInFlight int
+	// BodyTimeout is how long a request body may take to arrive; slower
+	// senders get 408 (the platform retries).
+	BodyTimeout time.Duration
+	// QueueWait is how long a received request waits for a slot or for
+	// memory before 503.
+	QueueWait time.Duration
 	// RetryAfter is the Retry-After sent with 503 answers.
 	RetryAfter time.Duration
 	// AllowEnvironment reports whether batches for an environment are
@@ -61,9 +80,63 @@ type IngestConfig struct {
 	AllowEnvironment func(environmentID string) bool
 }
 
+// WithDefaults returns c with zero fields set to their defaults.
+func (c IngestConfig) WithDefaults() IngestConfig {
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.MaxDecodedBytes <= 0 {
+		c.MaxDecodedBytes = DefaultMaxDecodedBytes
+	}
+	if c.MaxMemoryBytes <= 0 {
+		c.MaxMemoryBytes = DefaultMaxMemoryBytes
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
+	if c.QueueWait <= 0 {
+		c.QueueWait = DefaultQueueWait
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	return c
+}
+
+// Validate refuses a configuration (with defaults applied) that cannot
+// work.
+func (c IngestConfig) Validate() error {
+	if need := MinMemoryBytes(c.MaxBodyBytes, c.MaxDecodedBytes); c.MaxMemoryBytes < need {
+		return fmt.Errorf("ingest memory bound of %d bytes cannot hold one request of %d bytes as sent and %d decompressed: it must be at least %d bytes",
+			c.MaxMemoryBytes, c.MaxBodyBytes, c.MaxDecodedBytes, need)
+	}
+	return nil
+}
+
+// MinMemoryBytes returns the smallest MaxMemoryBytes that holds one request
+// of maxBody bytes as sent and maxDecoded bytes decompressed (in the
+// buffer sizes ingest uses).
+func MinMemoryBytes(maxBody, maxDecoded int64) int64 {
+	chunk := int64(1) << minBufferClass
+	return (maxBody+chunk-1)/chunk*chunk + classSize(classOf(maxDecoded+1))
+}
+
+// SpoolEntryBytes returns the largest spool entry a batch of at most
+// maxDecoded bytes (decompressed) can make: records are copied with a
+// length prefix instead of their separator, plus the batch's metadata.
+func SpoolEntryBytes(maxDecoded int64) int64 {
+	return maxDecoded + maxDecoded/64 + 64<<10
+}
+
 // Spooler is what ingest needs from the spool.
 type Spooler interface {
-	Append(ctx context.Context, data []byte) error
+	AppendPayload(ctx context.Context, p spool.Payload) error
 	Full() bool
 }
 
@@ -84,27 +157,18 @@ type Ingest struct {
 	metrics  *Metrics
 	log      *slog.Logger
 	sem      chan struct{}
+	mem      *bodyMemory
 	userHash [32]byte
 	passHash [32]byte
 	gzPool   sync.Pool
 }
 
-// NewIngest returns the ingest source writing to sp. dups may be nil.
-func NewIngest(cfg IngestConfig, sp Spooler, dups DuplicateChecker, m *Metrics, log *slog.Logger) *Ingest {
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.MaxDecodedBytes <= 0 {
-		cfg.MaxDecodedBytes = DefaultMaxDecodedBytes
-	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = DefaultMaxInFlight
-	}
-	if cfg.MaxRecordBytes <= 0 {
-		cfg.MaxRecordBytes = DefaultMaxRecordBytes
-	}
-	if cfg.RetryAfter <= 0 {
-		cfg.RetryAfter = DefaultRetryAfter
+// NewIngest returns the ingest source writing to sp. dups may be nil. It
+// refuses a configuration that cannot work.
+func NewIngest(cfg IngestConfig, sp Spooler, dups DuplicateChecker, m *Metrics, log *slog.Logger) (*Ingest, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if log == nil {
 		log = slog.Default()
@@ -112,9 +176,10 @@ func NewIngest(cfg IngestConfig, sp Spooler, dups DuplicateChecker, m *Metrics, 
 	return &Ingest{
 		cfg: cfg, spool: sp, dups: dups, metrics: m, log: log,
 		sem:      make(chan struct{}, cfg.MaxInFlight),
+		mem:      newBodyMemory(cfg.MaxMemoryBytes),
 		userHash: sha256.Sum256([]byte(cfg.Username)),
 		passHash: sha256.Sum256([]byte(cfg.Password)),
-	}
+	}, nil
 }
 
 // Route is the ingest path pattern; the profile's destination_endpoint is
@@ -143,40 +208,6 @@ func (in *Ingest) authorized(r *http.Request) bool {
 // errDecodedTooLarge is returned by the decoded-size limit.
 var errDecodedTooLarge = errors.New("decoded body exceeds the limit")
 
-// limitReader returns errDecodedTooLarge once more than n bytes were read,
-// so overflow is told apart from a body that ends exactly at the limit.
-type limitReader struct {
-	r io.Reader
-	n int64
-}
-
-func (l *limitReader) Read(p []byte) (int, error) {
-	if l.n < 0 {
-		return 0, errDecodedTooLarge
-	}
-	if int64(len(p)) > l.n+1 {
-		p = p[:l.n+1]
-	}
-	n, err := l.r.Read(p)
-	l.n -= int64(n)
-	if l.n < 0 {
-		return n, errDecodedTooLarge
-	}
-	return n, err
-}
-
-// countingReader counts the wire bytes read.
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
-}
-
 type errorBody struct {
 	Error  string `json:"error"`
 	Status int    `json:"status"`
@@ -199,7 +230,13 @@ func (in *Ingest) fail(w http.ResponseWriter, status int, outcome string, wire i
 	in.reply(w, status, errorBody{Error: msg, Status: status})
 }
 
-// ServeHTTP handles one batch.
+// errBodyTimeout is returned when a body does not arrive within
+// BodyTimeout.
+var errBodyTimeout = errors.New("request body not received in time")
+
+// ServeHTTP handles one batch: it receives the body (holding no slot),
+// then in a slot decompresses, decodes and spools it, within the memory
+// budget.
 func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	in.metrics.inFlight.Inc()
@@ -208,13 +245,6 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !in.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Basic realm="edgepipe", charset="UTF-8"`)
 		in.fail(w, http.StatusUnauthorized, StatusUnauthorized, 0, "missing or wrong credentials")
-		return
-	}
-	select {
-	case in.sem <- struct{}{}:
-		defer func() { <-in.sem }()
-	default:
-		in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, 0, "too many requests in flight, retry later")
 		return
 	}
 	env := chi.URLParam(r, "environment_id")
@@ -226,31 +256,44 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, 0, "spool is full, retry later")
 		return
 	}
-
 	if r.ContentLength > in.cfg.MaxBodyBytes {
 		in.fail(w, http.StatusRequestEntityTooLarge, StatusTooLarge, 0,
 			fmt.Sprintf("request body of %d bytes exceeds %d bytes", r.ContentLength, in.cfg.MaxBodyBytes))
 		return
 	}
-	wire := &countingReader{r: http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes)}
-	var body io.Reader = wire
+	gzipped := false
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
 	case "gzip", "x-gzip":
-		zr, err := in.gzipReader(wire)
-		if err != nil {
-			in.decodeFailed(w, wire.n, err)
-			return
-		}
-		defer in.gzPool.Put(zr)
-		body = zr
+		gzipped = true
 	default:
-		in.fail(w, http.StatusUnsupportedMediaType, StatusMalformed, wire.n, fmt.Sprintf("unsupported Content-Encoding %q (gzip or identity)", enc))
+		in.fail(w, http.StatusUnsupportedMediaType, StatusMalformed, 0, fmt.Sprintf("unsupported Content-Encoding %q (gzip or identity)", enc))
 		return
 	}
-	batch, err := accesslog.Decode(env, &limitReader{r: body, n: in.cfg.MaxDecodedBytes})
+
+	wire, err := in.receive(w, r)
+	defer func() { in.release(wire.chunks...) }()
 	if err != nil {
-		in.decodeFailed(w, wire.n, err)
+		in.bodyFailed(w, wire.n, err)
+		return
+	}
+	if !in.takeSlot(r.Context()) {
+		in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, wire.n, "too many requests in flight, retry later")
+		return
+	}
+	defer func() { <-in.sem }()
+
+	decoded, err := in.decompress(r.Context(), wire, gzipped)
+	in.release(wire.chunks...)
+	wire.chunks = nil
+	defer in.release(decoded)
+	if err != nil {
+		in.bodyFailed(w, wire.n, err)
+		return
+	}
+	batch, err := accesslog.DecodeBytes(env, decoded)
+	if err != nil {
+		in.bodyFailed(w, wire.n, err)
 		return
 	}
 	batch.ReceivedUnixNano = start.UnixNano()
@@ -270,10 +313,14 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		in.reply(w, http.StatusOK, map[string]any{"status": StatusDuplicate, "records": n})
 		return
 	}
-	if err := in.spool.Append(r.Context(), accesslog.Marshal(batch)); err != nil {
+	// The batch is streamed into the spool straight from the request body
+	// its records alias: no second copy in memory.
+	if err := in.spool.AppendPayload(r.Context(), spooledBatch{batch}); err != nil {
 		switch {
 		case errors.Is(err, spool.ErrFull):
 			in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, wire.n, "spool is full, retry later")
+		case errors.Is(err, spool.ErrNoSpace):
+			in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, wire.n, "spool disk is full, retry later")
 		case errors.Is(err, spool.ErrTooLarge):
 			in.fail(w, http.StatusRequestEntityTooLarge, StatusTooLarge, wire.n, "batch too large for the spool")
 		default:
@@ -289,6 +336,188 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	in.metrics.ackLatency.Observe(time.Since(start).Seconds())
 }
 
+// spooledBatch streams a batch into the spool in accesslog's encoding.
+type spooledBatch struct{ b *accesslog.Batch }
+
+func (s spooledBatch) Size() int                          { return accesslog.EncodedSize(s.b) }
+func (s spooledBatch) WriteTo(w io.Writer) (int64, error) { return accesslog.EncodeTo(w, s.b) }
+
+// wireBody is a request body as received, in chunks from the body memory.
+type wireBody struct {
+	chunks [][]byte
+	n      int64
+}
+
+// reader reads the body back.
+func (b wireBody) reader() io.Reader {
+	rs := make([]io.Reader, len(b.chunks))
+	for i, c := range b.chunks {
+		rs[i] = bytes.NewReader(c)
+	}
+	return io.MultiReader(rs...)
+}
+
+// tail returns the body's last 4 bytes (gzip's ISIZE).
+func (b wireBody) tail() (uint32, bool) {
+	var t [4]byte
+	i := 4
+	for k := len(b.chunks) - 1; k >= 0 && i > 0; k-- {
+		c := b.chunks[k]
+		for j := len(c) - 1; j >= 0 && i > 0; j-- {
+			i--
+			t[i] = c[j]
+		}
+	}
+	return binary.LittleEndian.Uint32(t[:]), i == 0
+}
+
+// receive reads the request body into chunks of the body memory within
+// BodyTimeout. Memory for a chunk is taken only when bytes arrive for it.
+func (in *Ingest) receive(w http.ResponseWriter, r *http.Request) (wireBody, error) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(in.cfg.BodyTimeout))
+	body := http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes)
+	var wb wireBody
+	end := func(err error) (wireBody, error) {
+		err = bodyReadError(err)
+		if err == nil {
+			// The whole body is in: the rest of the request has the
+			// server's own timeouts again.
+			_ = rc.SetReadDeadline(time.Time{})
+		}
+		return wb, err
+	}
+	for {
+		if len(wb.chunks) == 0 || len(wb.chunks[len(wb.chunks)-1]) == cap(wb.chunks[len(wb.chunks)-1]) {
+			// Wait for the next byte before taking memory for it.
+			var one [1]byte
+			n, err := io.ReadFull(body, one[:])
+			if n == 0 {
+				return end(err)
+			}
+			c, err := in.mem.get(r.Context(), 1<<minBufferClass, in.cfg.QueueWait)
+			if err != nil {
+				return wb, err
+			}
+			wb.chunks = append(wb.chunks, append(c, one[0]))
+			wb.n++
+		}
+		c := wb.chunks[len(wb.chunks)-1]
+		n, err := body.Read(c[len(c):cap(c)])
+		wb.chunks[len(wb.chunks)-1] = c[:len(c)+n]
+		wb.n += int64(n)
+		if err != nil {
+			return end(err)
+		}
+	}
+}
+
+// bodyReadError maps the end of a body read: nil at EOF.
+func bodyReadError(err error) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return errBodyTimeout
+	}
+	return err
+}
+
+// takeSlot takes an ingest slot, waiting up to QueueWait.
+func (in *Ingest) takeSlot(ctx context.Context) bool {
+	select {
+	case in.sem <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(in.cfg.QueueWait)
+	defer t.Stop()
+	select {
+	case in.sem <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// decompress returns the decoded body in a buffer of the body memory,
+// sized from gzip's trailer when there is one.
+func (in *Ingest) decompress(ctx context.Context, wire wireBody, gzipped bool) ([]byte, error) {
+	if !gzipped {
+		buf, err := in.mem.get(ctx, max(wire.n, 1), in.cfg.QueueWait)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range wire.chunks {
+			buf = append(buf, c...)
+		}
+		in.metrics.memory.Set(float64(in.mem.inFlight()))
+		return buf, nil
+	}
+	zr, err := in.gzipReader(wire.reader())
+	if err != nil {
+		return nil, err
+	}
+	defer in.gzPool.Put(zr)
+	// ISIZE, the decompressed size (mod 2^32) of the last gzip member: a
+	// body that announces more than the limit is refused unread, and the
+	// buffer is sized for the rest (a wrong hint costs a copy, not safety).
+	need := in.cfg.MaxDecodedBytes + 1
+	if isize, ok := wire.tail(); ok {
+		if int64(isize) > in.cfg.MaxDecodedBytes {
+			return nil, errDecodedTooLarge
+		}
+		need = int64(isize) + 1
+	}
+	buf, err := in.mem.get(ctx, min(need, in.cfg.MaxDecodedBytes+1), in.cfg.QueueWait)
+	if err != nil {
+		return nil, err
+	}
+	in.metrics.memory.Set(float64(in.mem.inFlight()))
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > in.cfg.MaxDecodedBytes {
+				in.release(buf)
+				return nil, errDecodedTooLarge
+			}
+			bigger, err := in.mem.get(ctx, min(2*int64(cap(buf)), in.cfg.MaxDecodedBytes+1), in.cfg.QueueWait)
+			if err != nil {
+				in.release(buf)
+				return nil, err
+			}
+			bigger = append(bigger, buf...)
+			in.release(buf)
+			buf = bigger
+		}
+		n, err := zr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > in.cfg.MaxDecodedBytes {
+			in.release(buf)
+			return nil, errDecodedTooLarge
+		}
+		if errors.Is(err, io.EOF) {
+			return buf, nil
+		}
+		if err != nil {
+			in.release(buf)
+			return nil, err
+		}
+	}
+}
+
+// release gives buffers back to the body memory.
+func (in *Ingest) release(bufs ...[]byte) {
+	if len(bufs) == 0 {
+		return
+	}
+	for _, b := range bufs {
+		in.mem.put(b)
+	}
+	in.metrics.memory.Set(float64(in.mem.inFlight()))
+}
+
 func (in *Ingest) gzipReader(r io.Reader) (*kgzip.Reader, error) {
 	if zr, ok := in.gzPool.Get().(*kgzip.Reader); ok {
 		if err := zr.Reset(r); err != nil {
@@ -300,12 +529,20 @@ func (in *Ingest) gzipReader(r io.Reader) (*kgzip.Reader, error) {
 	return kgzip.NewReader(r)
 }
 
-// decodeFailed answers a body that could not be read or decoded.
-func (in *Ingest) decodeFailed(w http.ResponseWriter, wire int64, err error) {
+// bodyFailed answers a body that could not be received, decompressed or
+// decoded.
+func (in *Ingest) bodyFailed(w http.ResponseWriter, wire int64, err error) {
 	var mbe *http.MaxBytesError
 	var de *accesslog.DecodeError
 	var ce flate.CorruptInputError
 	switch {
+	case errors.Is(err, errNoMemory):
+		in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, wire, "ingest memory is in use by other batches, retry later")
+	case errors.Is(err, errBodyTimeout):
+		// The connection is mid-body: answer and close it.
+		w.Header().Set("Connection", "close")
+		in.fail(w, http.StatusRequestTimeout, StatusMalformed, wire,
+			fmt.Sprintf("request body not received within %s", in.cfg.BodyTimeout))
 	case errors.As(err, &mbe):
 		in.fail(w, http.StatusRequestEntityTooLarge, StatusTooLarge, wire,
 			fmt.Sprintf("request body exceeds %d bytes", in.cfg.MaxBodyBytes))

@@ -31,7 +31,7 @@ type memSpool struct {
 	entered chan struct{}
 }
 
-func (m *memSpool) Append(ctx context.Context, data []byte) error {
+func (m *memSpool) AppendPayload(ctx context.Context, p spool.Payload) error {
 	if m.block != nil {
 		m.entered <- struct{}{}
 		<-m.block
@@ -41,7 +41,11 @@ func (m *memSpool) Append(ctx context.Context, data []byte) error {
 	if m.full {
 		return spool.ErrFull
 	}
-	m.entries = append(m.entries, data)
+	var b bytes.Buffer
+	if n, err := p.WriteTo(&b); err != nil || n != int64(p.Size()) {
+		return fmt.Errorf("payload wrote %d of %d bytes: %v", n, p.Size(), err)
+	}
+	m.entries = append(m.entries, b.Bytes())
 	return nil
 }
 
@@ -70,7 +74,10 @@ func newTestIngest(t *testing.T, cfg IngestConfig, sp Spooler, dups DuplicateChe
 	t.Helper()
 	cfg.Username, cfg.Password = "rtld", "s3cret"
 	m := NewMetrics(prometheus.NewRegistry())
-	in := NewIngest(cfg, sp, dups, m, nil)
+	in, err := NewIngest(cfg, sp, dups, m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	r := chi.NewRouter()
 	in.Register(r)
 	srv := httptest.NewServer(r)
@@ -200,7 +207,7 @@ func TestIngestSpoolFullAndInFlight(t *testing.T) {
 	// One request blocks in the spool; the second is turned away.
 	block := make(chan struct{})
 	sp2 := &memSpool{block: block, entered: make(chan struct{}, 1)}
-	srv2, _ := newTestIngest(t, IngestConfig{MaxInFlight: 1}, sp2, nil)
+	srv2, _ := newTestIngest(t, IngestConfig{MaxInFlight: 1, QueueWait: 100 * time.Millisecond}, sp2, nil)
 	done := make(chan int)
 	go func() {
 		resp, _ := post(t, srv2.URL+"/ingest/env", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 1)), true)

@@ -15,7 +15,7 @@ const (
 	StatusUnauthorized = "unauthorized" // 401
 	StatusMalformed    = "malformed"    // 400
 	StatusTooLarge     = "too_large"    // 413
-	StatusUnavailable  = "unavailable"  // 503: spool full or too many requests
+	StatusUnavailable  = "unavailable"  // 503: spool or disk full, too many requests, memory in use
 	StatusError        = "error"        // 5xx: the spool failed
 	StatusNotFound     = "not_found"    // unknown environment
 )
@@ -28,6 +28,7 @@ type Metrics struct {
 	bytes      *prometheus.CounterVec
 	ackLatency prometheus.Histogram
 	inFlight   prometheus.Gauge
+	memory     prometheus.Gauge
 	gaps       *prometheus.CounterVec
 	duplicates *prometheus.CounterVec
 	late       *prometheus.CounterVec
@@ -58,6 +59,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "edgepipe_rtld_ingest_in_flight_requests",
 			Help: "Ingest requests being processed.",
 		}),
+		memory: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "edgepipe_rtld_ingest_memory_bytes",
+			Help: "Memory held by request bodies in flight, as received and decompressed (bounded by --ingest.max-memory-bytes).",
+		}),
 		gaps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "edgepipe_rtld_seq_gaps_total",
 			Help: "seq_nums never received within the grace period after a later one arrived: batches lost upstream.",
@@ -80,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.bytes.WithLabelValues(s)
 	}
 	m.records.WithLabelValues(StatusAccepted)
-	reg.MustRegister(m.batches, m.records, m.bytes, m.ackLatency, m.inFlight, m.gaps, m.duplicates, m.late,
+	reg.MustRegister(m.batches, m.records, m.bytes, m.ackLatency, m.inFlight, m.memory, m.gaps, m.duplicates, m.late,
 		m.missing)
 	return m
 }
@@ -94,24 +99,29 @@ type SpoolStatser interface {
 type spoolCollector struct {
 	s                               SpoolStatser
 	bytes, entries, age, lagE, lagB *prometheus.Desc
+	corruptB, corruptE, diskFull    *prometheus.Desc
 }
 
 // NewSpoolCollector returns a collector of the spool's depth, oldest-entry
-// age and per-sink lag. Register it next to the Metrics.
+// age, per-sink lag, damage found and full-disk state. Register it next to
+// the Metrics.
 func NewSpoolCollector(s SpoolStatser) prometheus.Collector {
 	return &spoolCollector{
-		s:       s,
-		bytes:   prometheus.NewDesc("edgepipe_rtld_spool_bytes", "Size of the spool's segment files.", nil, nil),
-		entries: prometheus.NewDesc("edgepipe_rtld_spool_entries", "Spooled batches some sink has not yet acknowledged.", nil, nil),
-		age:     prometheus.NewDesc("edgepipe_rtld_spool_oldest_entry_age_seconds", "Age of the oldest batch some sink has not yet acknowledged (0 when none).", nil, nil),
-		lagE:    prometheus.NewDesc("edgepipe_rtld_sink_lag_entries", "Spooled batches a sink has not yet acknowledged.", []string{"sink"}, nil),
-		lagB:    prometheus.NewDesc("edgepipe_rtld_sink_lag_bytes", "Spooled bytes a sink has not yet acknowledged.", []string{"sink"}, nil),
+		s:        s,
+		bytes:    prometheus.NewDesc("edgepipe_rtld_spool_bytes", "Size of the spool's segment files.", nil, nil),
+		entries:  prometheus.NewDesc("edgepipe_rtld_spool_entries", "Spooled batches some sink has not yet acknowledged.", nil, nil),
+		age:      prometheus.NewDesc("edgepipe_rtld_spool_oldest_entry_age_seconds", "Age of the oldest batch some sink has not yet acknowledged (0 when none).", nil, nil),
+		lagE:     prometheus.NewDesc("edgepipe_rtld_sink_lag_entries", "Spooled batches a sink has not yet acknowledged.", []string{"sink"}, nil),
+		lagB:     prometheus.NewDesc("edgepipe_rtld_sink_lag_bytes", "Spooled bytes a sink has not yet acknowledged.", []string{"sink"}, nil),
+		corruptB: prometheus.NewDesc("edgepipe_rtld_spool_corrupt_bytes_total", "Damaged spool bytes found (at recovery or while reading) and quarantined in *.corrupt files beside their segment.", nil, nil),
+		corruptE: prometheus.NewDesc("edgepipe_rtld_spool_corrupt_entries_total", "Spooled batches lost to damaged spool bytes (acknowledged batches that will not be delivered).", nil, nil),
+		diskFull: prometheus.NewDesc("edgepipe_rtld_spool_disk_full", "1 while the spool's disk is full: ingest answers 503 and /readyz fails until delivery or the operator frees space.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *spoolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.entries, c.age, c.lagE, c.lagB} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.entries, c.age, c.lagE, c.lagB, c.corruptB, c.corruptE, c.diskFull} {
 		ch <- d
 	}
 }
@@ -133,4 +143,11 @@ func (c *spoolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.lagE, prometheus.GaugeValue, float64(lag.Entries), name)
 		ch <- prometheus.MustNewConstMetric(c.lagB, prometheus.GaugeValue, float64(lag.Bytes), name)
 	}
+	ch <- prometheus.MustNewConstMetric(c.corruptB, prometheus.CounterValue, float64(st.CorruptBytes))
+	ch <- prometheus.MustNewConstMetric(c.corruptE, prometheus.CounterValue, float64(st.CorruptEntries))
+	full := 0.0
+	if st.NoSpace {
+		full = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.diskFull, prometheus.GaugeValue, full)
 }

@@ -16,6 +16,7 @@
 //
 // GoBuild builds edgepipe's own commands, once per test binary, for tests
 // that run them as processes; such a package runs its tests through Main.
+// TmpFS mounts a small tmpfs for tests that run a disk full for real.
 package testenv
 
 import (

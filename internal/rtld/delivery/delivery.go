@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 )
@@ -144,8 +146,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err := w.deliver(ctx, log, g); err != nil {
 			return nil // ctx ended
 		}
-		if err := w.commit(g); err != nil {
-			return err
+		if err := w.commit(ctx, log, g.entries[len(g.entries)-1].Next); err != nil {
+			return nil // ctx ended
 		}
 	}
 	err := <-readErr
@@ -153,14 +155,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
-}
-
-// commit moves the sink's spool position past the group.
-func (w *Worker) commit(g group) error {
-	if err := w.Reader.Commit(g.entries[len(g.entries)-1].Next); err != nil {
-		return fmt.Errorf("%s worker committing its spool position: %w", w.Name, err)
-	}
-	return nil
 }
 
 // read reads, decodes and prepares groups into out until ctx ends or the
@@ -233,4 +227,32 @@ func (w *Worker) deliver(ctx context.Context, log *slog.Logger, g group) error {
 	w.Metrics.batches.WithLabelValues(w.Name).Add(float64(len(g.batches)))
 	w.Metrics.records.WithLabelValues(w.Name).Add(float64(g.records - len(rejected)))
 	return nil
+}
+
+// commit persists the worker's spool position, retrying with backoff until
+// it succeeds or ctx ends: a failed commit (a disk error) must neither end
+// the process nor deliver the group again.
+func (w *Worker) commit(ctx context.Context, log *slog.Logger, p spool.Position) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = w.MinBackoff
+	b.MaxInterval = w.MaxBackoff
+	for attempt := 1; ; attempt++ {
+		err := w.Reader.Commit(p)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("rtld: spool position committed again", "attempts", attempt)
+			}
+			return nil
+		}
+		wait := b.NextBackOff()
+		log.Error("rtld: cannot commit the spool position, retrying (the group is delivered and is not sent again)",
+			"attempt", attempt, "retry_in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
 }

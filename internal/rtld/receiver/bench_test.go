@@ -43,38 +43,12 @@ type benchLoad struct {
 func makeLoad(b *testing.B, n int) benchLoad {
 	b.Helper()
 	r := rand.New(rand.NewPCG(1, 2))
-	fields := accesslog.Fields()
 	var l benchLoad
 	var buf bytes.Buffer
 	for i := 0; i < n; i++ {
 		buf.Reset()
 		fmt.Fprintf(&buf, `{"account_number":"ACME","agent_id":"agent-%d","datestamp":"20261123","platform":"delivery","profile_id":1,"seq_num":%d,"logs":[`, i%16, i/16)
-		for j := 0; j < benchRecords; j++ {
-			if j > 0 {
-				buf.WriteByte(',')
-			}
-			buf.WriteByte('{')
-			for k, f := range fields {
-				if k > 0 {
-					buf.WriteByte(',')
-				}
-				buf.WriteString(strconv.Quote(f.Code))
-				buf.WriteByte(':')
-				switch {
-				case f.Code == "uuid":
-					fmt.Fprintf(&buf, `"%08x-%04x-4%03x-a%03x-%012x"`, r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xfff, r.Uint32()&0xfff, r.Uint64()&0xffffffffffff)
-				case f.Type == accesslog.TypeTimestamp:
-					fmt.Fprintf(&buf, "%d.%06d", 1763856000+i, r.IntN(1e6))
-				case f.Type == accesslog.TypeInteger:
-					buf.WriteString(strconv.Itoa(r.IntN(100000)))
-				case f.Type == accesslog.TypeFloat:
-					buf.WriteString(strconv.FormatFloat(r.Float64()*10, 'f', 6, 64))
-				default:
-					fmt.Fprintf(&buf, `"%s-%d"`, f.Code, r.IntN(50))
-				}
-			}
-			buf.WriteByte('}')
-		}
+		writeRecords(&buf, r, benchRecords, i)
 		buf.WriteString("]}")
 		l.decoded += int64(buf.Len())
 		var z bytes.Buffer
@@ -85,6 +59,38 @@ func makeLoad(b *testing.B, n int) benchLoad {
 		l.wire += int64(z.Len())
 	}
 	return l
+}
+
+// writeRecords writes n comma-separated records with every catalogue field
+// (about 2 KB of JSON each) for batch i.
+func writeRecords(buf *bytes.Buffer, r *rand.Rand, n, i int) {
+	fields := accesslog.Fields()
+	for j := 0; j < n; j++ {
+		if j > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteByte('{')
+		for k, f := range fields {
+			if k > 0 {
+				buf.WriteByte(',')
+			}
+			buf.WriteString(strconv.Quote(f.Code))
+			buf.WriteByte(':')
+			switch {
+			case f.Code == "uuid":
+				fmt.Fprintf(buf, `"%08x-%04x-4%03x-a%03x-%012x"`, r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xfff, r.Uint32()&0xfff, r.Uint64()&0xffffffffffff)
+			case f.Type == accesslog.TypeTimestamp:
+				fmt.Fprintf(buf, "%d.%06d", 1763856000+i, r.IntN(1e6))
+			case f.Type == accesslog.TypeInteger:
+				buf.WriteString(strconv.Itoa(r.IntN(100000)))
+			case f.Type == accesslog.TypeFloat:
+				buf.WriteString(strconv.FormatFloat(r.Float64()*10, 'f', 6, 64))
+			default:
+				fmt.Fprintf(buf, `"%s-%d"`, f.Code, r.IntN(50))
+			}
+		}
+		buf.WriteByte('}')
+	}
 }
 
 // drive posts every body with benchClients clients, then waits for

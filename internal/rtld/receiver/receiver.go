@@ -40,8 +40,6 @@ type Config struct {
 	SpoolDir          string
 	SpoolMaxBytes     int64
 	SpoolSegmentBytes int64
-	// SpoolNoSync disables fsync (benchmarks only).
-	SpoolNoSync bool
 	// DeadLetterMaxBytes bounds the dead-letter store under
 	// <SpoolDir>/dead-letter (default 1 GiB; see deadletter.Options).
 	DeadLetterMaxBytes int64
@@ -99,6 +97,10 @@ func New(cfg Config) (*Receiver, error) {
 	if cfg.GapSaveInterval <= 0 {
 		cfg.GapSaveInterval = 5 * time.Second
 	}
+	cfg.Ingest = cfg.Ingest.WithDefaults()
+	if err := cfg.Ingest.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -133,7 +135,8 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	sp, err := spool.Open(spool.Options{
 		Dir: cfg.SpoolDir, MaxBytes: cfg.SpoolMaxBytes, SegmentBytes: cfg.SpoolSegmentBytes,
-		Readers: readers, Logger: cfg.Logger, NoSync: cfg.SpoolNoSync,
+		MaxEntryBytes: rtld.SpoolEntryBytes(cfg.Ingest.MaxDecodedBytes),
+		Readers:       readers, Logger: cfg.Logger,
 	})
 	if err != nil {
 		r.closeSinks()
@@ -163,7 +166,12 @@ func New(cfg Config) (*Receiver, error) {
 		}
 		ic.AllowEnvironment = func(env string) bool { return allowed[env] }
 	}
-	r.ingest = rtld.NewIngest(ic, sp, r.gaps, r.metrics, cfg.Logger)
+	if r.ingest, err = rtld.NewIngest(ic, sp, r.gaps, r.metrics, cfg.Logger); err != nil {
+		r.gaps.Close()
+		sp.Close()
+		r.closeSinks()
+		return nil, err
+	}
 
 	if cfg.ProfileAPI != nil && cfg.Registrar != nil {
 		rc := *cfg.Registrar
@@ -171,6 +179,7 @@ func New(cfg Config) (*Receiver, error) {
 		rc.Observer = newRegistrationMetrics(r.reg)
 		r.registrar, err = rtld.NewRegistrar(cfg.ProfileAPI, rc)
 		if err != nil {
+			r.gaps.Close()
 			sp.Close()
 			r.closeSinks()
 			return nil, err
@@ -220,10 +229,15 @@ func (r *Receiver) Check(ctx context.Context) error {
 	return nil
 }
 
-// ready answers 200 while the spool takes batches, 503 when it is full.
+// ready answers 200 while the spool takes batches, 503 while ingest
+// refuses them for lack of space (the spool's bound or a full disk).
 func (r *Receiver) ready(w http.ResponseWriter, _ *http.Request) {
 	if r.spool.Full() {
-		http.Error(w, "spool is full", http.StatusServiceUnavailable)
+		msg := "spool is full"
+		if r.spool.Stats().NoSpace {
+			msg = "spool disk is full"
+		}
+		http.Error(w, msg, http.StatusServiceUnavailable)
 		return
 	}
 	_, _ = w.Write([]byte("ok\n"))
@@ -292,7 +306,7 @@ func (r *Receiver) Run(ctx context.Context) error {
 	for err := range errc {
 		errs = append(errs, err)
 	}
-	errs = append(errs, r.closeSinks(), r.spool.Close())
+	errs = append(errs, r.closeSinks(), r.gaps.Close(), r.spool.Close())
 	return errors.Join(errs...)
 }
 

@@ -14,6 +14,7 @@ import (
 func open(t *testing.T, dir string, opts Options) *Spool {
 	t.Helper()
 	opts.Dir = dir
+	opts.noSync = true
 	if opts.Readers == nil {
 		opts.Readers = []string{"a", "b"}
 	}
@@ -163,7 +164,9 @@ func TestFullRejectsWithoutWritingAndRecovers(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, Options{MaxBytes: 1000, SegmentBytes: 300, Readers: []string{"a"}})
 	ctx := context.Background()
-	payload := make([]byte, 84) // 100 bytes with the header
+	// 100 bytes on disk with the entry's header and trailer; 2 entries
+	// and a segment header per segment: 8 entries fill 928 of 1000 bytes.
+	payload := make([]byte, 100-entryOverhead)
 	n := 0
 	for {
 		err := s.Append(ctx, payload)
@@ -178,8 +181,11 @@ func TestFullRejectsWithoutWritingAndRecovers(t *testing.T) {
 			t.Fatal("spool never filled up")
 		}
 	}
-	if n != 10 || !s.Full() {
-		t.Fatalf("accepted %d entries (full=%v), want 10", n, s.Full())
+	if n != 8 || !s.Full() {
+		t.Fatalf("accepted %d entries (full=%v), want 8", n, s.Full())
+	}
+	if st := s.Stats(); st.Bytes > 1000 {
+		t.Fatalf("spool holds %d bytes, bound 1000", st.Bytes)
 	}
 	r, _ := s.Reader("a")
 	e := next(t, r, 100)

@@ -206,6 +206,20 @@ readinessProbe:
 {{- ternary "https" "http" (and .Values.webConfig.enabled .Values.webConfig.tls) }}
 {{- end }}
 
+{{/* A size in MiB: dict "v" value "what" its name. Accepts Mi, Gi, Ti and
+MiB, GiB, TiB (what Kubernetes and the receiver's flags write); fails on
+others. */}}
+{{- define "edgepipe.mib" -}}
+{{- $v := toString .v }}
+{{- if not (regexMatch "^[0-9]+(Mi|Gi|Ti)B?$" $v) }}
+{{- fail (printf "%s %q: use Mi, Gi or Ti (or MiB, GiB, TiB)" .what $v) }}
+{{- end }}
+{{- $n := regexReplaceAll "^([0-9]+).*$" $v "${1}" | int64 }}
+{{- $unit := regexReplaceAll "^[0-9]+(Mi|Gi|Ti)B?$" $v "${1}" }}
+{{- if eq $unit "Gi" }}{{ $n = mul $n 1024 }}{{ else if eq $unit "Ti" }}{{ $n = mul $n 1048576 }}{{ end }}
+{{- $n }}
+{{- end }}
+
 {{/* The spool's size bound: receiver.spool.maxBytes, or 90% of the volume
 (the filesystem and the segment being written need the rest). */}}
 {{- define "edgepipe.spoolMaxBytes" -}}
@@ -213,7 +227,7 @@ readinessProbe:
 {{- if $s.maxBytes }}
 {{- $s.maxBytes }}
 {{- else }}
-{{- $mib := include "edgepipe.spoolSizeMiB" (dict "size" $s.size "what" "receiver.spool.maxBytes") | int64 }}
+{{- $mib := include "edgepipe.mib" (dict "v" $s.size "what" "receiver.spool.size (or set receiver.spool.maxBytes)") | int64 }}
 {{- printf "%dMiB" (div (mul $mib 9) 10) }}
 {{- end }}
 {{- end }}
@@ -226,21 +240,54 @@ or 5% of the spool volume (it shares the volume with the spool).
 {{- with .Values.receiver.deadLetter.maxBytes }}
 {{- . }}
 {{- else }}
-{{- $mib := include "edgepipe.spoolSizeMiB" (dict "size" .Values.receiver.spool.size "what" "receiver.deadLetter.maxBytes") | int64 }}
+{{- $mib := include "edgepipe.mib" (dict "v" .Values.receiver.spool.size "what" "receiver.spool.size (or set receiver.deadLetter.maxBytes)") | int64 }}
 {{- printf "%dMiB" (max 1 (div (mul $mib 5) 100)) }}
 {{- end }}
 {{- end }}
 
-{{/*
-The spool volume's size in MiB; size must be in Mi, Gi or Ti, otherwise the
-value named by "what" must be set.
-*/}}
-{{- define "edgepipe.spoolSizeMiB" -}}
-{{- $m := regexFindAll "^([0-9]+)(Mi|Gi|Ti)$" (toString .size) 1 }}
-{{- if not $m }}
-{{- fail (printf "receiver.spool.size %q: use Mi, Gi or Ti, or set %s" (toString .size) .what) }}
+{{/* Refuses receiver sizes that cannot work, as the receiver would at start
+(cmd/rtld-receiver checkSizes): a spool bound below two segments with room
+for the largest batch, or an ingest memory bound below one request. */}}
+{{- define "edgepipe.receiverSizesCheck" -}}
+{{- $r := .Values.receiver }}
+{{- $max := include "edgepipe.mib" (dict "v" (include "edgepipe.spoolMaxBytes" .) "what" "receiver.spool.maxBytes") | int64 }}
+{{- $dec := include "edgepipe.mib" (dict "v" $r.ingest.maxDecodedBytes "what" "receiver.ingest.maxDecodedBytes") | int64 }}
+{{- $mem := include "edgepipe.mib" (dict "v" $r.ingest.maxMemoryBytes "what" "receiver.ingest.maxMemoryBytes") | int64 }}
+{{- $seg := max 1 (min 64 (div $max 16)) }}
+{{- $need := mul 2 (add $seg $dec (div $dec 64) 1) }}
+{{- if lt $max $need }}
+{{- fail (printf "receiver.spool.size %v gives --spool.max-bytes=%dMiB, too small for batches of up to receiver.ingest.maxDecodedBytes=%v: the spool frees whole segments (%dMiB here), so it needs at least %dMiB; raise receiver.spool.size or lower receiver.ingest.maxDecodedBytes" $r.spool.size $max $r.ingest.maxDecodedBytes $seg $need) }}
 {{- end }}
-{{- $n := regexReplaceAll "^([0-9]+)(Mi|Gi|Ti)$" (toString .size) "${1}" | int64 }}
-{{- $unit := regexReplaceAll "^([0-9]+)(Mi|Gi|Ti)$" (toString .size) "${2}" }}
-{{- ternary $n (ternary (mul $n 1024) (mul $n 1048576) (eq $unit "Gi")) (eq $unit "Mi") }}
+{{- $needMem := add 16 $dec (div (add $dec 3) 4) }}
+{{- if lt $mem $needMem }}
+{{- fail (printf "receiver.ingest.maxMemoryBytes=%v cannot hold one request of 16MiB as sent and receiver.ingest.maxDecodedBytes=%v decompressed: use at least %dMiB" $r.ingest.maxMemoryBytes $r.ingest.maxDecodedBytes $needMem) }}
+{{- end }}
+{{- end }}
+
+{{/* The receiver's memory limit in MiB: receiver.resources.limits.memory,
+or the sizing rule 4 x ingest.maxMemoryBytes + 512Mi (bodies in flight,
+two delivery groups per sink, the runtime, and the garbage collector's
+headroom; see the README). */}}
+{{- define "edgepipe.receiverMemoryLimitMiB" -}}
+{{- $l := dig "limits" "memory" "" .Values.receiver.resources }}
+{{- if $l }}
+{{- include "edgepipe.mib" (dict "v" $l "what" "receiver.resources.limits.memory") }}
+{{- else }}
+{{- $mem := include "edgepipe.mib" (dict "v" .Values.receiver.ingest.maxMemoryBytes "what" "receiver.ingest.maxMemoryBytes") | int64 }}
+{{- add (mul 4 $mem) 512 }}
+{{- end }}
+{{- end }}
+
+{{/* The receiver's resources: receiver.resources, with the memory limit
+(and a request of half of it) filled in from the sizing rule when unset. */}}
+{{- define "edgepipe.receiverResources" -}}
+{{- $res := deepCopy .Values.receiver.resources }}
+{{- $limit := include "edgepipe.receiverMemoryLimitMiB" . | int64 }}
+{{- $limits := $res.limits | default dict }}
+{{- $requests := $res.requests | default dict }}
+{{- if not $limits.memory }}{{ $_ := set $limits "memory" (printf "%dMi" $limit) }}{{ end }}
+{{- if not $requests.memory }}{{ $_ := set $requests "memory" (printf "%dMi" (div $limit 2)) }}{{ end }}
+{{- $_ := set $res "limits" $limits }}
+{{- $_ := set $res "requests" $requests }}
+{{- toYaml $res }}
 {{- end }}

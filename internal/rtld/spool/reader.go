@@ -1,0 +1,301 @@
+package spool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/rtld/statefile"
+)
+
+// Reader reads the spool for one sink from its persisted cursor.
+type Reader struct {
+	s         *Spool
+	name      string
+	cursor    *statefile.File
+	committed Position // persisted; guarded by s.mu
+	read      Position // next entry to hand out; reader goroutine only
+	file      *os.File
+	fileSeg   uint64
+}
+
+// Reader returns the reader named in Options.Readers.
+func (s *Spool) Reader(name string) (*Reader, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.readers[name]
+	if !ok {
+		return nil, fmt.Errorf("spool has no reader %q", name)
+	}
+	return r, nil
+}
+
+func (s *Spool) cursorPath(name string) string {
+	return filepath.Join(s.opts.Dir, "cursor-"+name+".state")
+}
+
+// legacyCursorPath is where spools before format version 2 kept cursors.
+func (s *Spool) legacyCursorPath(name string) string {
+	return filepath.Join(s.opts.Dir, "cursor-"+name+".json")
+}
+
+// loadReader opens a reader's cursor (converting a legacy one) and clamps
+// it to the recovered log.
+func (s *Spool) loadReader(name string) (*Reader, error) {
+	cursor, data, err := statefile.Open(s.cursorPath(name), statefile.Options{Capacity: 256})
+	if err != nil {
+		return nil, fmt.Errorf("opening cursor %s: %w", name, err)
+	}
+	r := &Reader{s: s, name: name, cursor: cursor}
+	legacy := false
+	if data == nil {
+		b, err := os.ReadFile(s.legacyCursorPath(name))
+		switch {
+		case err == nil:
+			data, legacy = b, true
+		case !errors.Is(err, os.ErrNotExist):
+			cursor.Close()
+			return nil, fmt.Errorf("reading cursor %s: %w", name, err)
+		}
+	}
+	first := s.segments[0]
+	pos := Position{Segment: first.first, Offset: first.start(), Index: first.first}
+	if data != nil {
+		var p Position
+		if err := json.Unmarshal(data, &p); err != nil {
+			s.log.Warn("spool: unreadable cursor, starting at the oldest entry", "reader", name, "err", err)
+		} else {
+			pos = s.clamp(p, pos)
+		}
+	}
+	r.committed, r.read = pos, pos
+	if legacy {
+		// Keep the position in the new cursor before the old one goes.
+		if err := r.persist(pos); err != nil {
+			cursor.Close()
+			return nil, err
+		}
+		if err := os.Remove(s.legacyCursorPath(name)); err != nil {
+			s.log.Warn("spool: cannot remove the converted legacy cursor", "reader", name, "err", err)
+		}
+		s.log.Info("spool: converted a cursor from the previous format", "reader", name, "segment", pos.Segment, "index", pos.Index)
+	}
+	return r, nil
+}
+
+// clamp fits a persisted position to the recovered log; oldest is the
+// log's first position.
+func (s *Spool) clamp(p, oldest Position) Position {
+	end := s.end()
+	seg := s.segmentAt(p)
+	switch {
+	case p.Index >= end.Index || p.Segment > end.Segment:
+		return end
+	case seg == nil:
+		// Its segment is gone: everything before the oldest segment was
+		// delivered by this reader (deletion waits for every reader).
+		return oldest
+	case p.Offset > seg.size:
+		return Position{Segment: seg.first, Offset: seg.size, Index: seg.next}
+	case p.Offset < seg.start():
+		return Position{Segment: seg.first, Offset: seg.start(), Index: seg.first}
+	}
+	return p
+}
+
+// Next returns up to maxEntries entries (and at least one) totalling about
+// maxBytes after the last one handed out, waiting until one is available or
+// ctx ends. The reader's persisted position moves only with Commit, so after
+// a crash delivery resumes at the last committed entry.
+func (r *Reader) Next(ctx context.Context, maxEntries int, maxBytes int64) ([]Entry, error) {
+	return r.next(ctx, maxEntries, maxBytes, 0)
+}
+
+// NextPrefixes is Next for a reader that needs only the start of each
+// entry: Data holds at most the first prefix bytes of the payload (the
+// whole payload is still read and checked, in pieces), so big entries are
+// never held in memory whole.
+func (r *Reader) NextPrefixes(ctx context.Context, maxEntries, prefix int) ([]Entry, error) {
+	return r.next(ctx, maxEntries, int64(maxEntries)*int64(prefix), int64(prefix))
+}
+
+func (r *Reader) next(ctx context.Context, maxEntries int, maxBytes, keep int64) ([]Entry, error) {
+	// Hold no segment open between calls: a deleted segment's space is
+	// freed only when its last descriptor closes.
+	defer r.closeFile()
+	var out []Entry
+	var total int64
+	for {
+		r.s.mu.Lock()
+		if r.s.closed {
+			r.s.mu.Unlock()
+			return nil, ErrClosed
+		}
+		wait := r.s.notify
+		seg := r.s.segmentAt(r.read)
+		if seg == nil || r.read.Offset >= seg.size {
+			// Move past a finished (or deleted) segment.
+			for _, sg := range r.s.segments {
+				if sg.first > r.read.Segment {
+					r.read = Position{Segment: sg.first, Offset: sg.start(), Index: sg.first}
+					seg = sg
+					break
+				}
+			}
+		}
+		if seg != nil && r.read.Offset < seg.size && len(out) < maxEntries && total < maxBytes {
+			s := *seg
+			damaged := r.s.damaged[seg.first]
+			r.s.mu.Unlock()
+			entries, err := r.readSegment(&s, damaged, maxEntries-len(out), maxBytes-total, keep, len(out) > 0)
+			if err != nil || (len(entries) == 0 && len(out) > 0) {
+				// An error, or the next entry would pass maxBytes.
+				return append(out, entries...), err
+			}
+			out = append(out, entries...)
+			for _, e := range entries {
+				total += int64(len(e.Data))
+			}
+			continue
+		}
+		r.s.mu.Unlock()
+		if len(out) > 0 {
+			return out, nil
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-r.s.stop:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// readSegment reads entries of seg (a copy taken under s.mu) from r.read,
+// up to maxEntries and maxBytes (one entry even beyond it unless some are
+// already out), skipping the known damaged spans and quarantining damage
+// it finds.
+func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBytes, keep int64, haveSome bool) ([]Entry, error) {
+	if r.file == nil || r.fileSeg != seg.first {
+		r.closeFile()
+		f, err := os.Open(seg.path)
+		if err != nil {
+			return nil, fmt.Errorf("opening spool segment: %w", err)
+		}
+		r.file, r.fileSeg = f, seg.first
+	}
+	sf := segmentFile{r: r.file, version: seg.version, start: seg.start()}
+	var out []Entry
+	var total int64
+	for r.read.Offset < seg.size && len(out) < maxEntries {
+		if to, ok := skip(damaged, r.read.Offset); ok {
+			r.read.Offset = to
+			continue
+		}
+		if haveSome || len(out) > 0 {
+			// Stop before an entry that would pass maxBytes: a group of
+			// big entries must not grow past it by a whole entry.
+			if n, ok := sf.payloadLen(r.read.Offset); ok {
+				if keep > 0 {
+					n = min(n, keep)
+				}
+				if total+n > maxBytes {
+					break
+				}
+			}
+		}
+		o := readOpts{alloc: true, keep: keep}
+		fr, err := sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)
+		if errors.Is(err, errShort) || errors.Is(err, errDamaged) {
+			// Damage found while reading: read once more (a transient
+			// read error looks the same), then skip it like recovery.
+			fr, err = sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)
+			if errors.Is(err, errShort) || errors.Is(err, errDamaged) {
+				r.skipDamage(sf, seg)
+				continue
+			}
+		}
+		if err != nil {
+			return out, fmt.Errorf("reading spool entry %d of %s: %w", r.read.Index, filepath.Base(seg.path), err)
+		}
+		r.read = Position{Segment: seg.first, Offset: fr.end, Index: fr.index + 1}
+		out = append(out, Entry{Index: fr.index, Time: time.Unix(0, fr.time), Data: fr.data, Next: r.read})
+		total += int64(len(fr.data))
+	}
+	return out, nil
+}
+
+// skip returns the end of the known damaged span starting at off.
+func skip(damaged []span, off int64) (int64, bool) {
+	for _, sp := range damaged {
+		if sp.from == off {
+			return sp.to, true
+		}
+	}
+	return 0, false
+}
+
+// skipDamage quarantines the damage at r.read and moves past it to the
+// next intact entry of seg, or to its end.
+func (r *Reader) skipDamage(sf segmentFile, seg *segment) {
+	from := r.read.Offset
+	at, fr, found := sf.resync(from+1, seg.size, r.read.Index, nil)
+	to, lost := seg.size, uint64(1)
+	if found {
+		to, lost = at, fr.index-r.read.Index
+	}
+	r.s.quarantine(r.file, seg, from, to, lost, "reader "+r.name)
+	r.read.Offset = to
+	if found {
+		r.read.Index = fr.index
+	}
+}
+
+func (r *Reader) closeFile() {
+	if r.file != nil {
+		_ = r.file.Close()
+		r.file = nil
+	}
+}
+
+func (r *Reader) close() error {
+	r.closeFile()
+	return r.cursor.Close()
+}
+
+// Commit persists p (an Entry's Next) as the reader's position and deletes
+// segments every reader has passed. The cursor is rewritten in place, so a
+// commit needs no free disk space.
+func (r *Reader) Commit(p Position) error {
+	if err := r.persist(p); err != nil {
+		return err
+	}
+	r.s.mu.Lock()
+	r.committed = p
+	r.s.mu.Unlock()
+	r.s.deleteDelivered()
+	return nil
+}
+
+func (r *Reader) persist(p Position) error {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return fmt.Errorf("encoding cursor: %w", err)
+	}
+	if err := r.cursor.Write(data); err != nil {
+		return fmt.Errorf("committing cursor %s: %w", r.name, err)
+	}
+	return nil
+}
+
+// Committed returns the reader's persisted position.
+func (r *Reader) Committed() Position {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	return r.committed
+}
