@@ -128,6 +128,9 @@ func Parse(data []byte, source string) (*Config, error) {
 type parser struct{ errs []error }
 
 func (p *parser) fail(n *yaml.Node, key, format string, a ...any) {
+	if key == "" {
+		key = "the file"
+	}
 	p.errs = append(p.errs, fmt.Errorf("%s (line %d): %s", key, n.Line, fmt.Sprintf(format, a...)))
 }
 
@@ -138,7 +141,11 @@ func (p *parser) mapping(n *yaml.Node, key string, known []string, f func(k stri
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		p.fail(n, key, "want a mapping of %s", strings.Join(known, ", "))
+		if known == nil {
+			p.fail(n, key, "want a mapping")
+		} else {
+			p.fail(n, key, "want a mapping of %s", strings.Join(known, ", "))
+		}
 		return
 	}
 	seen := map[string]bool{}

@@ -67,6 +67,8 @@ datasets:
     metrics: {include: []}
 `, []string{"datasets.edge_errors.metrics.include (line 4): an empty include list selects no metric"}},
 		{"not YAML", "datasets: [\n", []string{"config file test.yaml: yaml:"}},
+		{"not a mapping", "- a\n", []string{"the file (line 1): want a mapping of prefix, environments, datasets"}},
+		{"datasets not a mapping", "datasets: [edge_errors]\n", []string{"datasets (line 1): want a mapping"}},
 		{"every problem at once", `
 prefix: "-"
 datasets:
