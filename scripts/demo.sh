@@ -165,6 +165,7 @@ have_exporter=false
 if start exporter \
 	--api.url="$SIM_URL" --auth.url="$SIM_URL" \
 	--organization-id="$ORG_ID" \
+	--state.dir="$DEMO_DIR/exporter-state" \
 	--web.listen-address="$EXPORTER_ADDR"; then
 	wait_port "$EXPORTER_ADDR" exporter
 	have_exporter=true

@@ -7,18 +7,17 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/common/model"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables/chtest"
-	"github.com/edgepipe/edgepipe/internal/sinks/otel"
 	"github.com/edgepipe/edgepipe/internal/sinks/otel/otlptest"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
@@ -161,60 +160,9 @@ func (r *rig) checkSinks(label string) {
 		t.Logf("%s: sum(%s) in Prometheus %.0f, simulator's buckets %.0f", label, name, promSums[name], sums[name])
 	}
 
-	// OTLP: per series, metric and bucket, the delta points of a count add
-	// up to the simulator's value; the newest gauge point is its value.
-	type key struct{ metric, attrs, start string }
-	deltas := map[key]float64{}
-	last := map[key]float64{}
-	for _, p := range r.rcv.Points() {
-		if math.IsNaN(p.Value) || math.IsInf(p.Value, 0) {
-			t.Errorf("%s: OTLP point %s = %v", label, p.Metric, p.Value)
-		}
-		var as []string
-		for k, v := range p.Attributes {
-			as = append(as, k+"="+v)
-		}
-		sort.Strings(as)
-		k := key{p.Metric, strings.Join(as, ","), time.Unix(0, int64(p.Start)).UTC().Format(time.RFC3339)}
-		if p.Sum {
-			if p.Value < 0 {
-				t.Errorf("%s: negative delta %s %v", label, p.Metric, p.Value)
-			}
-			deltas[k] += p.Value
-		} else {
-			last[k] = p.Value
-		}
-	}
-	otlpBad := 0
-	for _, ds := range names {
-		labels := r.sim.DatasetLabels(ds)
-		metrics := r.sim.DatasetMetrics(ds)
-		for _, env := range envs {
-			rows, err := r.sim.Rows(ds, env, metricsapi.FiveMinutes, r.firstFrom, to, at)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, row := range rows {
-				as := []string{"environment_id=" + env}
-				for i, l := range labels {
-					as = append(as, l+"="+row.Labels[i])
-				}
-				sort.Strings(as)
-				for i, m := range metrics {
-					k := key{otel.MetricName(otel.DefaultPrefix, ds, m), strings.Join(as, ","), row.Time.Format(time.RFC3339)}
-					got, ok := deltas[k]
-					if metricsapi.Classify(m).Kind != metricsapi.KindCount {
-						got, ok = last[k]
-					}
-					if !ok || got != row.Values[i] {
-						if otlpBad++; otlpBad <= 5 {
-							t.Errorf("%s: OTLP %s %s @%s = %v (present %v), simulator %v", label, k.metric, k.attrs, k.start, got, ok, row.Values[i])
-						}
-					}
-				}
-			}
-		}
-	}
+	// OTLP: every series' newest cumulative point is the simulator's sum as
+	// read by the poll that made it; points in order; gauges real values.
+	r.checkOTLP(label, r.rcv.Points(), otlpCheck{temporality: metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE, from: r.firstFrom})
 
 	// ClickHouse: FINAL holds exactly the simulator's rows and values.
 	for i := range r.dss {
@@ -246,8 +194,8 @@ func (r *rig) checkSinks(label string) {
 // against every sink: for each kind of bad value the simulator sends it in
 // a share of the values of two polls, then normal data follows, with late
 // data revising buckets. Every counter (in the exposition and as a real
-// Prometheus stored it), every OTLP delta sum and every ClickHouse FINAL
-// row must then equal the simulator's, nothing may be NaN or Inf, and
+// Prometheus stored it), every OTLP cumulative sum and every ClickHouse
+// FINAL row must then equal the simulator's, nothing may be NaN or Inf, and
 // edgepipe_invalid_values_total must have counted exactly the values the
 // simulator spoiled. Malformed rows follow the same course.
 func TestValuesThatAreNotNeverCorruptCounters(t *testing.T) {

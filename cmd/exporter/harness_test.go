@@ -29,7 +29,9 @@ import (
 var start = time.Date(2026, 11, 23, 10, 2, 30, 0, time.UTC)
 
 // testExporter is the run command running in-process against a simulator
-// on loopback, both on one fake clock.
+// on loopback, both on one fake clock. restart stops it and starts it again
+// on the same simulator, clock, listen address and flags (state directory
+// included).
 type testExporter struct {
 	t     *testing.T
 	sim   *platformsim.Server
@@ -43,6 +45,11 @@ type testExporter struct {
 	loops int
 	// firstFrom is the start of the first poll's range.
 	firstFrom time.Time
+	// polls holds the simulator's time after every advance (and start):
+	// when the polls of that step ran.
+	polls []time.Time
+	opts  testOptions
+	base  string // the simulator's URL
 }
 
 type testOptions struct {
@@ -50,6 +57,10 @@ type testOptions struct {
 	common func(*commonFlags)
 	run    func(*runFlags)
 	exts   []extension // optional parts (the ClickHouse sink), set up as given
+	// noState runs without --state.dir (the first poll is a baseline);
+	// otherwise every exporter gets a state directory of its own, empty
+	// at its first start.
+	noState bool
 }
 
 // startSim starts a simulator with cfg on loopback until the test ends and
@@ -81,8 +92,31 @@ func startExporter(t *testing.T, o testOptions) *testExporter {
 		simCfg.Seed = 7
 	}
 	sim, base := startSim(t, simCfg)
+	if !o.noState {
+		dir := t.TempDir()
+		run := o.run
+		o.run = func(f *runFlags) {
+			f.stateDir = dir
+			if run != nil {
+				run(f)
+			}
+		}
+	}
+	te := &testExporter{t: t, sim: sim, clock: clock, opts: o, base: base}
+	te.launch("127.0.0.1:0")
+	// The first poll reaches back the settle window from the platform's
+	// current bucket.
+	te.firstFrom = metricsapi.FiveMinutes.Truncate(start.Add(simCfg.ClockOffset)).Add(-30 * time.Minute)
+	return te
+}
 
-	common := &commonFlags{apiURL: base, authURL: base, organizationIDs: []string{platformsim.DemoOrganizationID},
+// launch starts the exporter listening on addr and waits for its first
+// polls.
+func (te *testExporter) launch(addr string) {
+	t := te.t
+	t.Helper()
+	o := te.opts
+	common := &commonFlags{apiURL: te.base, authURL: te.base, organizationIDs: []string{platformsim.DemoOrganizationID},
 		granularityName: "FIVE_MINUTES", shardCount: 1, logLevel: "warn", logFormat: "logfmt"}
 	if o.common != nil {
 		o.common(common)
@@ -97,7 +131,7 @@ func startExporter(t *testing.T, o testOptions) *testExporter {
 	unlimited := platform.Limits{Read: platform.RateLimit{Requests: -1}, Write: platform.RateLimit{Requests: -1}}
 	h.rateLimits = map[string]platform.Limits{platform.ServiceMetrics: unlimited, platform.ServiceAccounts: unlimited}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +146,8 @@ func startExporter(t *testing.T, o testOptions) *testExporter {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *exporter, 1)
 	done := make(chan error, 1)
-	go func() { done <- runExporter(ctx, h, rf, o.exts, runDeps{clock: clock, listener: l, ready: ready}) }()
-	te := &testExporter{t: t, sim: sim, clock: clock, url: "http://" + addrs[0], addr: addrs[0]}
+	go func() { done <- runExporter(ctx, h, rf, o.exts, runDeps{clock: te.clock, listener: l, ready: ready}) }()
+	te.url, te.addr = "http://"+addrs[0], addrs[0]
 	select {
 	case te.x = <-ready:
 	case err := <-done:
@@ -137,16 +171,23 @@ func startExporter(t *testing.T, o testOptions) *testExporter {
 		}
 	}
 	t.Cleanup(te.stop)
-	datasets := len(sim.DatasetNames())
+	datasets := len(te.sim.DatasetNames())
 	if len(rf.datasets) > 0 {
 		datasets = len(rf.datasets)
 	}
 	te.loops = datasets + 1
 	te.settle()
-	// The first poll reaches back the settle window from the platform's
-	// current bucket.
-	te.firstFrom = metricsapi.FiveMinutes.Truncate(start.Add(simCfg.ClockOffset)).Add(-30 * time.Minute)
-	return te
+	te.polls = append(te.polls, te.sim.Now())
+}
+
+// restart stops the exporter, lets the simulated time run for down (buckets
+// end and are revised while nothing runs), and starts it again on the same
+// address with the same flags.
+func (te *testExporter) restart(down time.Duration) {
+	te.t.Helper()
+	te.stop()
+	te.clock.Advance(down)
+	te.launch(te.addr)
 }
 
 // settle waits until every loop sleeps again (all polls of the cycle done).
@@ -164,6 +205,19 @@ func (te *testExporter) advance(d time.Duration) {
 	te.t.Helper()
 	te.clock.Advance(d)
 	te.settle()
+	te.polls = append(te.polls, te.sim.Now())
+}
+
+// pollAt returns when the poll that first reached end (the end of its
+// bucket range) ran, by the simulator's clock: its points carry the values
+// the simulator had then.
+func (te *testExporter) pollAt(end time.Time) (time.Time, bool) {
+	for _, p := range te.polls {
+		if !metricsapi.FiveMinutes.Truncate(p).Before(end) {
+			return p, true
+		}
+	}
+	return time.Time{}, false
 }
 
 func (te *testExporter) get(path string) (int, []byte) {

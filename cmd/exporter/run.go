@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/otel"
 	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
+	"github.com/edgepipe/edgepipe/internal/statedir"
 	"github.com/edgepipe/edgepipe/internal/version"
 )
 
@@ -35,6 +37,8 @@ type runFlags struct {
 	otlpEndpoint      string
 	otlpProtocol      string
 	otlpQueue         int
+	otlpTemporality   string
+	stateDir          string
 	seriesTTL         time.Duration
 	gaugeMaxAge       time.Duration
 	maxSeries         int
@@ -54,9 +58,13 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 	cmd.Flag("otlp.endpoint", "Enables OTLP export to this endpoint: a URL (http:// plaintext, https:// TLS) or host:port (TLS). The standard OTEL_EXPORTER_OTLP_* variables work too.").
 		StringVar(&f.otlpEndpoint)
 	cmd.Flag("otlp.protocol", "OTLP protocol: grpc or http/protobuf (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc).").StringVar(&f.otlpProtocol)
+	cmd.Flag("otlp.temporality", "Temporality of the OTLP count sums: cumulative (running totals; what Prometheus and Mimir take) or delta (default: OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE, else cumulative).").
+		StringVar(&f.otlpTemporality)
+	cmd.Flag("state.dir", "Directory where the exporter keeps, after every poll, what it needs to continue exactly after a restart: high-water marks, the values published for the settle window's buckets, counter totals. Without it the first poll after start is a baseline (remembered, not counted).").
+		StringVar(&f.stateDir)
 	cmd.Flag("otlp.queue-size", "OTLP export requests (each up to 10000 points) queued while the collector is slow or down; beyond it points are dropped and counted.").
 		Default("256").IntVar(&f.otlpQueue)
-	cmd.Flag("prometheus.series-ttl", "Drop a label set (e.g. a country) whose newest bucket is this much older than the dataset's newest.").
+	cmd.Flag("prometheus.series-ttl", "Drop a label set (e.g. a country) whose newest bucket is this much older than the dataset's newest; its counter totals and OTLP sums end then too.").
 		Default(promsink.DefaultSeriesTTL.String()).DurationVar(&f.seriesTTL)
 	cmd.Flag("prometheus.gauge-max-age", "Hide the gauges of a label set whose newest bucket is this much older than the dataset's newest (its counters stay).").
 		Default(promsink.DefaultGaugeMaxAge.String()).DurationVar(&f.gaugeMaxAge)
@@ -83,6 +91,7 @@ type exporter struct {
 	collector *promsink.Collector
 	sched     *schedule.Scheduler
 	handler   http.Handler
+	state     schedule.StateSaver // nil without --state.dir
 	closers   []func(context.Context) error
 }
 
@@ -151,8 +160,15 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 }
 
 // buildExporter wires registry, self-metrics, clients, sinks and scheduler.
-func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, deps runDeps) (*exporter, error) {
+func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, deps runDeps) (_ *exporter, err error) {
 	x := &exporter{reg: deps.registry}
+	defer func() {
+		if err != nil { // undo what was built (e.g. the state directory's lock)
+			for i := len(x.closers) - 1; i >= 0; i-- {
+				x.closers[i](context.Background())
+			}
+		}
+	}()
 	if x.reg == nil {
 		x.reg = prometheus.NewRegistry()
 	}
@@ -182,13 +198,23 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	if f.maxSeries < 0 {
 		return nil, fmt.Errorf("--prometheus.max-series must not be negative, got %d", f.maxSeries)
 	}
+
+	tracker, err := openState(h, f, x)
+	if err != nil {
+		return nil, err
+	}
 	cfg := h.common.config
 	x.collector = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge,
 		Prefix: cfg.Prefix, MaxSeries: f.maxSeries, Logger: h.log.With("sink", "prometheus")})
 	pubs := []schedule.NamedPublisher{{Name: "prometheus", Publisher: x.collector}}
 
-	if otel.Enabled(f.otlpEndpoint) {
+	otlp := otel.Enabled(f.otlpEndpoint)
+	if otlp {
 		proto, err := otel.Protocol(f.otlpProtocol)
+		if err != nil {
+			return nil, err
+		}
+		temporality, err := otel.Temporality(f.otlpTemporality)
 		if err != nil {
 			return nil, err
 		}
@@ -201,13 +227,13 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 			return nil, err
 		}
 		sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg, Prefix: cfg.Prefix,
-			Logger: h.log.With("sink", "otlp")})
+			Logger: h.log.With("sink", "otlp"), Temporality: temporality})
 		if err != nil {
 			return nil, err
 		}
 		x.closers = append(x.closers, sink.Close)
 		pubs = append(pubs, schedule.NamedPublisher{Name: "otlp", Publisher: sink})
-		h.log.Info("OTLP export enabled", "protocol", proto, "endpoint", f.otlpEndpoint)
+		h.log.Info("OTLP export enabled", "protocol", proto, "endpoint", f.otlpEndpoint, "temporality", temporality)
 	}
 
 	var resume schedule.ResumeSource
@@ -244,6 +270,10 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		Observer:          self,
 		Clock:             clock,
 		Logger:            h.log.With("component", "schedule"),
+		Tracker:           tracker,
+		State:             x.state,
+		Points:            otlp,
+		SeriesTTL:         f.seriesTTL,
 	})
 	if err != nil {
 		return nil, err
@@ -292,4 +322,42 @@ func newHandler(reg *prometheus.Registry, c *promsink.Collector, sched *schedule
 	}
 	mux.Handle("/", landing)
 	return mux, nil
+}
+
+// openState opens --state.dir and returns the tracker to start from: empty
+// for a first start (an empty directory), restored from the directory's
+// files otherwise, and, without a state directory, one whose first poll of
+// each environment is a baseline. A refused file stops the exporter.
+func openState(h *host, f *runFlags, x *exporter) (*schedule.Tracker, error) {
+	if f.stateDir == "" {
+		h.log.Info("no --state.dir: the first poll after start is a baseline (its buckets are remembered, not counted); " +
+			"buckets completed while stopped are not counted; set --state.dir")
+		return schedule.NewTracker(schedule.Restart), nil
+	}
+	c := h.common
+	dir, err := statedir.Open(f.stateDir, statedir.Identity{
+		Granularity:   string(c.granularity),
+		Organizations: c.organizationIDs,
+		Environments:  c.environmentIDs,
+		Shard:         fmt.Sprintf("%d/%d", c.shard.Index, c.shard.Count),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--state.dir: %w", err)
+	}
+	x.closers = append(x.closers, func(context.Context) error { return dir.Close() })
+	x.state = dir
+	if dir.Fresh() {
+		h.log.Info("state directory is empty: a first start, the first poll is counted in full", "state_dir", dir.Path())
+		return schedule.NewTracker(schedule.FirstStart), nil
+	}
+	tracker := schedule.NewTracker(schedule.Restart)
+	states := dir.TakeStates()
+	for dataset, state := range states {
+		if err := tracker.Restore(dataset, state); err != nil {
+			return nil, fmt.Errorf("--state.dir: %s: %w; nothing in the state directory was used. Move the file away to let this exporter start (the dataset then starts with a baseline)",
+				filepath.Join(dir.Path(), dataset+statedir.Suffix), err)
+		}
+	}
+	h.log.Info("state restored: counting continues where it stopped", "state_dir", dir.Path(), "datasets", len(states))
+	return tracker, nil
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -20,98 +18,44 @@ import (
 )
 
 // TestOTLPReceivesEveryBucket exports to an in-process OTLP/gRPC receiver
-// that decodes the real protobuf: per series, metric and bucket, the delta
-// points of a count add up to the simulator's value (first sighting plus
-// revisions), the newest gauge point is the simulator's value, and every
-// point carries the bucket's start and end.
+// that decodes the real protobuf, in both temporalities, while the
+// simulator revises buckets: every count point (cumulative total, or the
+// running sum of the deltas) equals the simulator's sum of the buckets up
+// to the point's time as the poll that made it read them, points of every
+// stream are in time order and never overlap, and every gauge point is a
+// value the simulator had for its bucket.
 func TestOTLPReceivesEveryBucket(t *testing.T) {
-	rcv, addr := otlptest.StartGRPC(t)
-	te := startExporter(t, testOptions{sim: platformsim.Config{Environments: 3}, run: func(f *runFlags) {
-		f.otlpEndpoint = "http://" + addr
-		f.otlpProtocol = "grpc"
-		f.shutdownTimeout = time.Minute // -race makes draining ~50k points slow
-	}})
-	envs := te.sim.EnvironmentIDs()
-	datasets := te.sim.DatasetNames()
-	te.advance(2*time.Minute + 30*time.Second) // 10:05, bucket 10:00 filling
-	te.advance(time.Minute)                    // 10:06, revised
-	te.advance(4 * time.Minute)                // 10:10
-	at := te.clock.Now()
-	te.stop() // flushes the OTLP queue
-	to := metricsapi.FiveMinutes.Truncate(at)
-
-	type key struct{ metric, attrs, start string }
-	sums := map[key]float64{}
-	last := map[key]float64{}
-	revisionDeltas := 0
-	seen := map[key]int{}
-	for _, p := range rcv.Points() {
-		if p.Resource["service.name"] != otel.ServiceName {
-			t.Fatalf("resource %v", p.Resource)
-		}
-		if p.Time-p.Start != uint64(5*time.Minute) {
-			t.Errorf("%s: point spans %v, want one bucket", p.Metric, time.Duration(p.Time-p.Start))
-		}
-		var as []string
-		for k, v := range p.Attributes {
-			as = append(as, k+"="+v)
-		}
-		sort.Strings(as)
-		k := key{p.Metric, strings.Join(as, ","), time.Unix(0, int64(p.Start)).UTC().Format(time.RFC3339)}
-		name := strings.Split(p.Metric, ".")
-		isCount := metricsapi.Classify(name[len(name)-1]).Kind == metricsapi.KindCount
-		if isCount != p.Sum {
-			t.Errorf("%s: sum=%v", p.Metric, p.Sum)
-		}
-		if p.Sum {
-			if !p.Monotonic || p.Temporality != metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA {
-				t.Errorf("%s: monotonic %v temporality %v", p.Metric, p.Monotonic, p.Temporality)
-			}
-			sums[k] += p.Value
-			seen[k]++
-			if seen[k] == 2 {
-				revisionDeltas++
-			}
-		} else {
-			last[k] = p.Value
-		}
-	}
-	checked := 0
-	for _, ds := range datasets {
-		labels := te.sim.DatasetLabels(ds)
-		metrics := te.sim.DatasetMetrics(ds)
-		for _, env := range envs {
-			rows, err := te.sim.Rows(ds, env, metricsapi.FiveMinutes, te.firstFrom, to, at)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range rows {
-				as := []string{"environment_id=" + env}
-				for i, l := range labels {
-					as = append(as, l+"="+r.Labels[i])
-				}
-				sort.Strings(as)
-				for i, m := range metrics {
-					if math.IsNaN(r.Values[i]) {
-						continue
-					}
-					k := key{otel.MetricName(otel.DefaultPrefix, ds, m), strings.Join(as, ","), r.Time.Format(time.RFC3339)}
-					got, ok := sums[k]
-					if metricsapi.Classify(m).Kind != metricsapi.KindCount {
-						got, ok = last[k]
-					}
-					if !ok || got != r.Values[i] {
-						t.Errorf("%s %s @%s: got %v (present %v), simulator %v", k.metric, k.attrs, k.start, got, ok, r.Values[i])
-					}
-					checked++
+	for _, tc := range []struct {
+		flag string
+		want metricspb.AggregationTemporality
+	}{
+		{"", metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_CUMULATIVE},
+		{"delta", metricspb.AggregationTemporality_AGGREGATION_TEMPORALITY_DELTA},
+	} {
+		t.Run(tc.want.String(), func(t *testing.T) {
+			rcv, addr := otlptest.StartGRPC(t)
+			te := startExporter(t, testOptions{sim: platformsim.Config{Environments: 3}, run: func(f *runFlags) {
+				f.otlpEndpoint = "http://" + addr
+				f.otlpProtocol = "grpc"
+				f.otlpTemporality = tc.flag
+				f.shutdownTimeout = time.Minute // -race makes draining ~50k points slow
+			}})
+			te.advance(2*time.Minute + 30*time.Second) // 10:05, bucket 10:00 filling
+			te.advance(time.Minute)                    // 10:06, revised: folded into the next point
+			te.advance(4 * time.Minute)                // 10:10
+			te.advance(3 * time.Minute)                // 10:13, revised
+			te.advance(2 * time.Minute)                // 10:15
+			te.stop()                                  // flushes the OTLP queue
+			pts := rcv.Points()
+			for _, p := range pts {
+				if p.Resource["service.name"] != otel.ServiceName {
+					t.Fatalf("resource %v", p.Resource)
 				}
 			}
-		}
+			counts, gauges := te.checkOTLP("otlp", pts, otlpCheck{temporality: tc.want, every: true, from: te.firstFrom})
+			t.Logf("checked %d count points (4 poll ends) and %d gauge points", counts, gauges)
+		})
 	}
-	if checked == 0 || revisionDeltas == 0 {
-		t.Fatalf("checked %d points, %d revision deltas: the test proves nothing", checked, revisionDeltas)
-	}
-	t.Logf("checked %d bucket values, %d count buckets revised by further deltas", checked, revisionDeltas)
 }
 
 // TestPrometheusScrapesExporter lets a real Prometheus scrape the exporter

@@ -228,6 +228,61 @@ func TestAuthFailingAlert(t *testing.T) {
 	}
 }
 
+// TestStateNotSavedAlert: with promtool test rules on the chart's rendered
+// rules, a dataset whose state cannot be saved fires EdgepipeStateNotSaved
+// at once, and stops firing 15 minutes after saving works again.
+func TestStateNotSavedAlert(t *testing.T) {
+	ruleFile, rules := alertRules(t)
+	r := rules["EdgepipeStateNotSaved"]
+	if r == nil {
+		t.Fatal("the chart has no EdgepipeStateNotSaved alert")
+	}
+	ns, pod := exporterSelector(t, fmt.Sprint(r["expr"]))
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), ruleFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"namespace": ns, "pod": pod, "dataset": "edge_errors"}
+	ann := map[string]string{}
+	for k, v := range r["annotations"].(map[string]any) {
+		ann[k] = expand(fmt.Sprint(v), labels)
+	}
+	exp := map[string]string{"severity": fmt.Sprint(r["labels"].(map[string]any)["severity"])}
+	for k, v := range labels {
+		exp[k] = v
+	}
+	firing := []any{map[string]any{"exp_labels": exp, "exp_annotations": ann}}
+	tests := map[string]any{
+		"rule_files":          []string{"rules.yml"},
+		"evaluation_interval": "1m",
+		"tests": []map[string]any{{
+			"interval": "1m",
+			"input_series": []map[string]string{{
+				// Saved fine for 10 minutes, then 5 failed saves, then fine.
+				"series": fmt.Sprintf(`edgepipe_state_save_failures_total{namespace=%q,pod=%q,dataset="edge_errors"}`, ns, pod),
+				"values": "0x10 1+1x4 5x40",
+			}},
+			"alert_rule_test": []map[string]any{
+				{"eval_time": "9m", "alertname": "EdgepipeStateNotSaved", "exp_alerts": []any{}},
+				{"eval_time": "13m", "alertname": "EdgepipeStateNotSaved", "exp_alerts": firing},
+				{"eval_time": "40m", "alertname": "EdgepipeStateNotSaved", "exp_alerts": []any{}},
+			},
+		}},
+	}
+	testFile, err := yaml.Marshal(tests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules_test.yml"), testFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.Promtool(t), "test", "rules", "rules_test.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s\n--- test file ---\n%s", err, out, testFile)
+	}
+}
+
 // TestSeriesLimitAlert: with promtool test rules on the chart's rendered
 // rules, label sets refused by the series budget for 15 minutes fire
 // EdgepipeSeriesLimitReached for their dataset, and a budget reached once

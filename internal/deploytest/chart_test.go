@@ -122,7 +122,7 @@ func TestChartDefaults(t *testing.T) {
 	}
 	want := map[string]int{
 		"Deployment": 1, "StatefulSet": 1, "Service": 3, "PodDisruptionBudget": 2,
-		"ServiceAccount": 1, "ConfigMap": len(dashboards),
+		"ServiceAccount": 1, "ConfigMap": len(dashboards), "PersistentVolumeClaim": 1,
 	}
 	for kind, n := range want {
 		if kinds[kind] != n {
@@ -153,6 +153,7 @@ func TestChartDefaults(t *testing.T) {
 			t.Errorf("default values pass %s=%s: the exporter's default must apply", flag, v)
 		}
 	}
+	assertExporterState(t, m, exporter, false)
 	assertReceiverSpool(t, m, 2)
 	assertReceiverSizes(t, m)
 	assertPods(t, m, "HTTP")
@@ -203,6 +204,10 @@ func TestChartProduction(t *testing.T) {
 	if v, _ := c.argValue("--prometheus.max-series"); v != "200000" {
 		t.Errorf("--prometheus.max-series = %q, want 200000", v)
 	}
+	if v, _ := c.argValue("--otlp.temporality"); v != "cumulative" {
+		t.Errorf("--otlp.temporality = %q, want cumulative (the default)", v)
+	}
+	assertExporterState(t, m, exporter, true)
 
 	// Credentials come from the existing Secret, and the chart makes none.
 	if n := len(m.ofKind("Secret")); n != 0 {
@@ -571,6 +576,92 @@ func mounted(c container, dir string) bool {
 		}
 	}
 	return false
+}
+
+// assertExporterState checks the exporter keeps --state.dir on a volume
+// that outlives its pods: the Deployment on one claim the chart creates,
+// with the Recreate strategy (two pods must never share the directory); the
+// sharded StatefulSet on a claim per replica, deleted when it scales down.
+func assertExporterState(t *testing.T, m manifests, w workload, sharded bool) {
+	t.Helper()
+	c := w.Spec.Template.Spec.Containers[0]
+	dir, ok := c.argValue("--state.dir")
+	if !ok {
+		t.Fatalf("exporter has no --state.dir: %v", c.Args)
+	}
+	var name string
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath == dir {
+			name = vm.Name
+		}
+	}
+	if name == "" {
+		t.Fatalf("--state.dir=%s is not a volume mount", dir)
+	}
+	var podVolume map[string]any
+	for _, v := range w.Spec.Template.Spec.Volumes {
+		if v.Name == name {
+			podVolume = v.PersistentVolumeClaim
+			if v.EmptyDir != nil {
+				t.Errorf("state volume %q is an emptyDir: a new pod would take the empty directory for a first start and count its first poll again", name)
+			}
+		}
+	}
+	if sharded {
+		found := false
+		for _, vct := range w.Spec.VolumeClaimTemplates {
+			if vct.Metadata.Name == name {
+				found = true
+				if _, err := quantityBytes(vct.Spec.Resources.Requests["storage"]); err != nil || len(vct.Spec.AccessModes) == 0 {
+					t.Errorf("state claim template %s: storage %v (%v), access modes %v", name, vct.Spec.Resources.Requests, err, vct.Spec.AccessModes)
+				}
+			}
+		}
+		if !found || podVolume != nil {
+			t.Errorf("state volume %q of the StatefulSet: claim template %v, pod volume %v; want a claim per replica", name, found, podVolume)
+		}
+		if p := w.Spec.PersistentVolumeClaimRetentionPolicy; p["whenScaled"] != "Delete" {
+			t.Errorf("state claims survive a scale-down (%v): a later scale-up would resume from a stale state", p)
+		}
+		return
+	}
+	claim, _ := podVolume["claimName"].(string)
+	if claim == "" {
+		t.Fatalf("state volume %q is not a PersistentVolumeClaim", name)
+	}
+	var pvc struct {
+		Spec struct {
+			AccessModes []string `yaml:"accessModes"`
+			Resources   struct {
+				Requests map[string]string `yaml:"requests"`
+			} `yaml:"resources"`
+		} `yaml:"spec"`
+	}
+	m.get(t, "PersistentVolumeClaim", claim).decode(t, &pvc)
+	if _, err := quantityBytes(pvc.Spec.Resources.Requests["storage"]); err != nil || len(pvc.Spec.AccessModes) == 0 {
+		t.Errorf("state claim %s: storage %v (%v), access modes %v", claim, pvc.Spec.Resources.Requests, err, pvc.Spec.AccessModes)
+	}
+	if w.Spec.Strategy.Type != "Recreate" {
+		t.Errorf("exporter Deployment strategy %q, want Recreate (a rolling update would run two exporters on one state directory)", w.Spec.Strategy.Type)
+	}
+}
+
+// TestChartWithoutState: exporter.state.enabled=false passes no
+// --state.dir and creates no claim (an emptyDir would be worse than none).
+func TestChartWithoutState(t *testing.T) {
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte("exporter:\n  state:\n    enabled: false\n    size: 1Gi\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := render(t, values)
+	w := workloadOf(t, m, "Deployment", "ci-edgepipe-exporter")
+	c := w.Spec.Template.Spec.Containers[0]
+	if _, ok := c.argValue("--state.dir"); ok || mounted(c, "/var/lib/edgepipe/state") {
+		t.Errorf("state disabled, yet args %v mounts %v", c.Args, c.VolumeMounts)
+	}
+	if n := len(m.ofKind("PersistentVolumeClaim")); n != 0 || w.Spec.Strategy.Type == "Recreate" {
+		t.Errorf("state disabled, yet %d claims and strategy %q", n, w.Spec.Strategy.Type)
+	}
 }
 
 // assertReceiverSpool checks the receiver StatefulSet keeps its spool on a

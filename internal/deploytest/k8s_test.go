@@ -62,6 +62,9 @@ type workload struct {
 			} `yaml:"spec"`
 		} `yaml:"volumeClaimTemplates"`
 		PersistentVolumeClaimRetentionPolicy map[string]string `yaml:"persistentVolumeClaimRetentionPolicy"`
+		Strategy                             struct {
+			Type string `yaml:"type"`
+		} `yaml:"strategy"`
 	} `yaml:"spec"`
 }
 

@@ -13,6 +13,17 @@
 // values are partial, its ratios and percentiles noisy, and its end lies in
 // the future, which OTLP points and ClickHouse rows must not claim.
 //
+// Counting: the Tracker keeps per series the running totals of its counts
+// (a first sighting adds its values, a revision its difference), which
+// become Prometheus counters, and, with Config.Points, a point of every live
+// series each time a poll's end passes a bucket boundary (OTLP sums; a
+// revision between boundaries is folded into the next point). With
+// Config.State the tracker is saved after every poll, before the poll's
+// batch is published, and a restart Restores it: counting continues exactly.
+// Without saved state the scheduler cannot tell a first start from a
+// restart, so a Restart tracker makes the first poll of every environment a
+// baseline: remembered, not counted.
+//
 // Time is the platform's: with a PlatformClock as Config.Clock, "now" (which
 // buckets have ended, when polls are due) follows the Date headers of the
 // API's answers, and a poll never counts a bucket as ended, nor moves a
@@ -103,10 +114,28 @@ type Config struct {
 	// buckets as ended.
 	Clock  Clock
 	Logger *slog.Logger // default slog.Default()
-	// Tracker is optional; a Scheduler creates its own when nil. Passing
-	// one lets a test inspect it or share it with a second Scheduler.
+	// Tracker is optional; a Scheduler creates NewTracker(Restart) when
+	// nil. Pass NewTracker(FirstStart) when nothing was published before,
+	// or a tracker Restored from a StateSaver's files.
 	Tracker *Tracker
+	// State, if set, receives the tracker's state of a dataset after every
+	// successful poll, before the poll's batch is published (so a restart
+	// from it never counts a published bucket again, and what a crash kept
+	// from the sinks is republished).
+	State StateSaver
+	// Points asks for points: each time a poll's end passes the last point
+	// of a live series, the batch carries the series' totals as a point at
+	// that end (SeriesCounts.Point). OTLP sums need them; the Prometheus
+	// collector does not.
+	Points bool
+	// SeriesTTL is how long the totals of a series are kept (and points
+	// made for it) after its newest bucket, measured against the dataset's
+	// newest bucket (default DefaultSeriesTTL).
+	SeriesTTL time.Duration
 }
+
+// DefaultSeriesTTL is the default of Config.SeriesTTL.
+const DefaultSeriesTTL = 24 * time.Hour
 
 // Scheduler owns the poll loops, the discovery loop and the Tracker. Create
 // it with New and call Run once.
@@ -186,7 +215,10 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Tracker == nil {
-		cfg.Tracker = NewTracker()
+		cfg.Tracker = NewTracker(Restart)
+	}
+	if cfg.SeriesTTL <= 0 {
+		cfg.SeriesTTL = DefaultSeriesTTL
 	}
 	for _, p := range cfg.Publishers {
 		if p.Publisher == nil || p.Name == "" {
@@ -610,14 +642,29 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 	r.Problems = res.Problems
 	s.envChange.RLock()
 	defer s.envChange.RUnlock()
-	pr := s.tracker.apply(ds.Name, res, floors, end)
+	pr := s.tracker.apply(ds.Name, res, floors, end, applyOptions{
+		width: g.Duration(), settle: s.settle, ttl: s.cfg.SeriesTTL, points: s.cfg.Points})
 	r.Rows, r.New, r.Revisions = pr.rows, pr.newOnes, pr.revisions
 	r.Decreases, r.Deferred, r.Held = pr.decreases, pr.deferred, pr.held
+	r.Baseline, r.Replayed = pr.baseline, pr.replays
 	if !pr.newest.IsZero() {
 		r.NewestBucketEnd = pr.newest.Add(g.Duration())
 	}
-	if len(pr.updates) > 0 {
-		b := &Batch{Dataset: ds, Granularity: g, Labels: res.Labels, Metrics: res.Metrics, Updates: pr.updates}
+	s.tracker.commit(ds.Name, envs, end, s.settle, s.cfg.SeriesTTL)
+	// Saved before publishing: after a crash the state never lags what
+	// the sinks were given, so a restart never counts a bucket twice.
+	if s.cfg.State != nil {
+		state, err := s.tracker.Snapshot(ds.Name)
+		if err == nil {
+			err = s.cfg.State.Save(ds.Name, state)
+		}
+		if err != nil {
+			r.StateErr = fmt.Errorf("save the state of %s: %w", ds.Name, err)
+		}
+	}
+	if len(pr.updates) > 0 || len(pr.counts) > 0 {
+		b := &Batch{Dataset: ds, Granularity: g, Labels: res.Labels, Metrics: res.Metrics,
+			Updates: pr.updates, Counts: pr.counts, End: end}
 		for _, p := range s.cfg.Publishers {
 			if err := p.Publisher.Publish(ctx, b); err != nil {
 				s.obs.ObservePublishError(ds.Name, p.Name, err)
@@ -625,7 +672,6 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 			}
 		}
 	}
-	s.tracker.commit(ds.Name, envs, end, s.settle)
 	r.Duration = s.localNow().Sub(began)
 	return r
 }
@@ -659,6 +705,13 @@ func (s *Scheduler) logProblems(r PollReport) {
 	if r.Decreases > 0 {
 		s.log.Info("revisions lowered counts already published; not applied",
 			"dataset", r.Dataset, "values", r.Decreases)
+	}
+	if r.Baseline > 0 {
+		s.log.Info("baseline: the first poll of these environments since start is remembered, not counted",
+			"dataset", r.Dataset, "buckets", r.Baseline)
+	}
+	if r.StateErr != nil {
+		s.log.Error("state not saved; a restart now would resume from an older state", "dataset", r.Dataset, "err", r.StateErr)
 	}
 }
 

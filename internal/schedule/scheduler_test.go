@@ -55,6 +55,7 @@ func newHarness(t *testing.T, mod func(*Config), envs ...string) *harness {
 		Observer:      h.obs,
 		Clock:         h.clock,
 		Logger:        quietLogger(),
+		Tracker:       NewTracker(FirstStart),
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -70,6 +70,15 @@ type PollReport struct {
 	// Held counts buckets seen for the first time without a value for
 	// every count: not published yet; the next poll fetches them again.
 	Held int
+	// Baseline counts buckets of a baseline poll (Restart): remembered,
+	// published for gauges and rows, not counted.
+	Baseline int
+	// Replayed counts unchanged buckets republished by the first poll
+	// after a Restore.
+	Replayed int
+	// StateErr is set when the tracker's state could not be saved
+	// (Config.State); the poll itself succeeded.
+	StateErr error
 	// Deferred counts rows whose bucket starts at or after the poll's end
 	// (To): by the platform's clock they may not have ended. They were not
 	// published; the HighWaterMark stays before them, so a later poll

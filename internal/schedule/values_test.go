@@ -168,7 +168,8 @@ func TestPlatformClockSkipsNoBucket(t *testing.T) {
 				clock = local
 			}
 			s, err := New(Config{DatasetSource: p, Environments: &staticEnvs{envs: envs}, Fetcher: p,
-				Publishers: []NamedPublisher{{Name: "counter", Publisher: pub}}, Observer: obs, Clock: clock, Logger: quietLogger()})
+				Publishers: []NamedPublisher{{Name: "counter", Publisher: pub}}, Observer: obs, Clock: clock, Logger: quietLogger(),
+				Tracker: NewTracker(FirstStart)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -329,7 +330,7 @@ func TestDatasetGoneLaterIsAWarning(t *testing.T) {
 // issue 11: every update carries a value for every count, a non-value
 // never replaces a published value, a decrease is not applied.
 func TestTrackerPublishesOnlyValues(t *testing.T) {
-	tr := NewTracker()
+	tr := NewTracker(FirstStart)
 	bucket := time.Date(2026, 11, 23, 9, 0, 0, 0, time.UTC)
 	floors := map[string]time.Time{"e1": bucket.Add(-time.Hour)}
 	end := bucket.Add(time.Hour)
@@ -352,7 +353,7 @@ func TestTrackerPublishesOnlyValues(t *testing.T) {
 	for _, st := range steps {
 		res := &metricsapi.Result{Labels: []string{}, Metrics: metrics,
 			Rows: []metricsapi.Row{{Time: bucket, Environment: "e1", Labels: []string{}, Values: st.values}}}
-		pr := tr.apply("edge_usage_by_country", res, floors, end)
+		pr := tr.apply("edge_usage_by_country", res, floors, end, applyOptions{width: time.Hour, settle: 3 * time.Hour, ttl: DefaultSeriesTTL})
 		same := func(a, b []float64) bool {
 			return slices.EqualFunc(a, b, func(x, y float64) bool { return x == y || math.IsNaN(x) && math.IsNaN(y) })
 		}

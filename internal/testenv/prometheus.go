@@ -388,10 +388,17 @@ func (p *PrometheusServer) Log(t testing.TB) string {
 // the time asked for, up to 5 minutes).
 func (p *PrometheusServer) RawSamples(t testing.TB, selector string, lookback time.Duration) model.Matrix {
 	t.Helper()
+	return p.RawSamplesAt(t, selector, lookback, time.Now())
+}
+
+// RawSamplesAt is RawSamples evaluated at ts: the samples in
+// [ts − lookback, ts], e.g. of data written with simulated timestamps.
+func (p *PrometheusServer) RawSamplesAt(t testing.TB, selector string, lookback time.Duration, ts time.Time) model.Matrix {
+	t.Helper()
 	promql := selector + "[" + model.Duration(lookback).String() + "]"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	v, _, _, err := p.api.Query(ctx, promql, time.Now())
+	v, _, _, err := p.api.Query(ctx, promql, ts)
 	if err != nil {
 		t.Fatalf("testenv: prometheus query %q: %v", promql, err)
 	}

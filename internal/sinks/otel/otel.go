@@ -1,20 +1,30 @@
-// Package otel is the OpenTelemetry sink: it turns every published bucket
-// into OTLP points carrying the bucket's real time and pushes them with the
+// Package otel is the OpenTelemetry sink: it turns the scheduler's batches
+// into OTLP points carrying the buckets' real times and pushes them with the
 // OTLP exporters (gRPC or HTTP/protobuf).
 //
 // The SDK's instruments stamp points with the time of collection, so the sink
 // builds metricdata.ResourceMetrics itself and calls the exporter's Export
-// directly. Metric names are cdn.<dataset>.<metric> (the API's names; the
-// prefix is Options.Prefix), with
-// the source's unit and attributes environment_id plus the dataset's
-// dimensions. Counts are monotonic Sums with delta temporality
-// (StartTime = bucket start, Time = bucket end; a revision sends the
-// difference as a further delta); everything else is a Gauge of the bucket's
-// newest value at the same times.
+// directly. Names follow the OpenTelemetry conventions (MetricName):
+// <prefix>.<dataset>.<metric> (Options.Prefix, default cdn) without _total,
+// units in the unit field only, one metric per percentile stem with a
+// percentile attribute; attributes environment_id plus the dataset's
+// dimensions (those it is exported with).
+//
+// Counts are monotonic Sums, one point per series each time a poll's end
+// passes a bucket boundary (schedule.SeriesCounts.Point), at that end:
+// cumulative (the default; start fixed for the series' life, value the
+// running total) or delta (start = the series' previous point, value the
+// change since; never overlapping). A revision of an older bucket is folded
+// into the next point. Everything else is a Gauge, one point per bucket at
+// the bucket's end, sent once (schedule.Update.Latest): a revised ratio or
+// percentile is not sent again, so no series ever has two points with one
+// timestamp, and each series' points go out in time order, within and
+// across export requests.
 //
 // Export runs off the poll path: Publish converts and enqueues (never
-// blocks); one worker exports with exponential backoff. When the bounded
-// queue is full, new points are dropped, counted and logged.
+// blocks); one worker exports the requests one by one, in order, with
+// exponential backoff. When the bounded queue is full, new points are
+// dropped, counted and logged.
 package otel
 
 import (
@@ -23,6 +33,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,6 +85,9 @@ type Options struct {
 	InitialBackoff, MaxBackoff, MaxRetryElapsed time.Duration
 	// Prefix starts every metric name (default DefaultPrefix).
 	Prefix string
+	// Temporality of the count sums: metricdata.CumulativeTemporality
+	// (the default) or metricdata.DeltaTemporality.
+	Temporality metricdata.Temporality
 	// Registerer receives the sink's self-metrics (optional).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -132,6 +147,13 @@ func New(exp Exporter, opts Options) (*Sink, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
+	switch opts.Temporality {
+	case 0:
+		opts.Temporality = metricdata.CumulativeTemporality
+	case metricdata.CumulativeTemporality, metricdata.DeltaTemporality:
+	default:
+		return nil, fmt.Errorf("otlp sink: temporality %v: want cumulative or delta", opts.Temporality)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sink{
 		exp: exp, opts: opts, log: opts.Logger,
@@ -171,7 +193,7 @@ var ErrQueueFull = errors.New("otlp export queue full: points dropped")
 // edgepipe_otlp_dropped_points_total{reason="queue_full"}, and ErrQueueFull
 // is returned (the scheduler logs and counts it).
 func (s *Sink) Publish(_ context.Context, b *schedule.Batch) error {
-	exports := convert(b, s.opts.Prefix, s.opts.Resource, s.opts.MaxPoints)
+	exports := convert(b, s.opts.Prefix, s.opts.Resource, s.opts.MaxPoints, s.opts.Temporality)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -254,101 +276,288 @@ func (s *Sink) Close(ctx context.Context) error {
 // otherwise.
 const DefaultPrefix = "cdn"
 
-// MetricName returns the OTLP name of an API metric of a dataset.
-func MetricName(prefix, dataset, metric string) string {
-	return prefix + "." + dataset + "." + metric
+// Attribute keys the sink adds to the dataset's dimensions.
+const (
+	AttrEnvironment = "environment_id"
+	AttrPercentile  = "percentile"
+)
+
+// MetricName returns the OTLP name of an API metric of a dataset and the
+// value of its percentile attribute ("" unless it is a percentile), by the
+// OpenTelemetry conventions: units in the unit field only, no _total, one
+// metric per percentile stem:
+//
+//	requests_edge_total          → <prefix>.<dataset>.requests_edge
+//	bytes_edge_total             → <prefix>.<dataset>.bytes_edge
+//	ttfb_edge_ms_95_percentile   → <prefix>.<dataset>.ttfb_edge, percentile "95"
+//	requests_cache_hit_ratio     → <prefix>.<dataset>.requests_cache_hit_ratio
+func MetricName(prefix, dataset, metric string) (name, percentile string) {
+	info := metricsapi.Classify(metric)
+	base := metric
+	switch info.Kind {
+	case metricsapi.KindCount:
+		base = strings.TrimSuffix(metric, "_total")
+	case metricsapi.KindPercentile:
+		base, percentile = info.Stem, info.Percentile
+	}
+	return prefix + "." + dataset + "." + base, percentile
 }
 
-// convert turns a batch into export requests of at most maxPoints points.
-func convert(b *schedule.Batch, prefix string, res *resource.Resource, maxPoints int) []*export {
-	if len(b.Updates) == 0 || len(b.Metrics) == 0 {
-		return nil
-	}
-	width := b.Granularity.Duration()
-	attrKeys := make([]attribute.Key, 0, len(b.Labels)+1)
-	attrKeys = append(attrKeys, attribute.Key(metricsapi.DimensionEnvironment))
-	for _, l := range b.Labels {
-		attrKeys = append(attrKeys, attribute.Key(l))
-	}
-	kinds := make([]metricsapi.MetricInfo, len(b.Metrics))
-	descs := make([]string, len(b.Metrics))
+// slot is one OTLP metric of a batch: the API metrics of a percentile stem
+// share one.
+type slot struct {
+	name, desc, unit string
+	count            bool
+}
+
+// plan is how a batch's metrics become OTLP metrics.
+type plan struct {
+	slots []slot
+	// slotOf and pctOf give, per batch metric, its slot and the index of
+	// its percentile in pcts (-1: none).
+	slotOf, pctOf []int
+	pcts          []string
+	attrKeys      []attribute.Key
+}
+
+func newPlan(b *schedule.Batch, prefix string) *plan {
+	p := &plan{slotOf: make([]int, len(b.Metrics)), pctOf: make([]int, len(b.Metrics))}
+	byName := map[string]int{}
 	for j, m := range b.Metrics {
-		kinds[j] = metricsapi.Classify(m)
-		for _, dm := range b.Dataset.Metrics {
-			if dm.Name == m {
-				descs[j] = dm.Description
+		info := metricsapi.Classify(m)
+		name, pct := MetricName(prefix, b.Dataset.Name, m)
+		i, ok := byName[name]
+		if !ok {
+			i = len(p.slots)
+			byName[name] = i
+			p.slots = append(p.slots, slot{name: name, desc: description(b.Dataset, m, info), unit: info.Unit,
+				count: info.Kind == metricsapi.KindCount})
+		}
+		p.slotOf[j] = i
+		p.pctOf[j] = -1
+		if pct != "" {
+			p.pctOf[j] = slices.Index(p.pcts, pct)
+			if p.pctOf[j] < 0 {
+				p.pctOf[j] = len(p.pcts)
+				p.pcts = append(p.pcts, pct)
 			}
 		}
 	}
-	perChunk := max(1, maxPoints/len(b.Metrics))
-	var out []*export
-	kvs := make([]attribute.KeyValue, len(attrKeys))
-	for start := 0; start < len(b.Updates); start += perChunk {
-		ups := b.Updates[start:min(start+perChunk, len(b.Updates))]
-		sums := make([][]metricdata.DataPoint[float64], len(b.Metrics))
-		gauges := make([][]metricdata.DataPoint[float64], len(b.Metrics))
-		points := 0
-		for ui := range ups {
-			u := &ups[ui]
-			kvs[0] = attrKeys[0].String(u.Row.Environment)
-			for i, l := range u.Row.Labels {
-				if i+1 < len(kvs) {
-					kvs[i+1] = attrKeys[i+1].String(l)
-				}
-			}
-			set := attribute.NewSet(kvs...)
-			startT, endT := u.Row.Time, u.Row.Time.Add(width)
-			for j := range b.Metrics {
-				if j >= len(u.Row.Values) {
-					break
-				}
-				v := u.Row.Values[j]
-				if math.IsNaN(v) {
-					continue
-				}
-				var prev float64 = math.NaN()
-				if u.Previous != nil && j < len(u.Previous) {
-					prev = u.Previous[j]
-				}
-				if kinds[j].Kind == metricsapi.KindCount {
-					if u.Previous != nil {
-						if !math.IsNaN(prev) {
-							v -= prev
-						}
-						if v <= 0 { // unchanged, or lowered: a monotonic sum cannot go down
-							continue
-						}
-					}
-					sums[j] = append(sums[j], metricdata.DataPoint[float64]{Attributes: set, StartTime: startT, Time: endT, Value: v})
-				} else {
-					if u.Previous != nil && prev == v {
-						continue
-					}
-					gauges[j] = append(gauges[j], metricdata.DataPoint[float64]{Attributes: set, StartTime: startT, Time: endT, Value: v})
-				}
-				points++
-			}
+	p.attrKeys = make([]attribute.Key, 0, len(b.Labels)+1)
+	p.attrKeys = append(p.attrKeys, attribute.Key(AttrEnvironment))
+	for _, l := range b.Labels {
+		p.attrKeys = append(p.attrKeys, attribute.Key(l))
+	}
+	return p
+}
+
+// description is the OTLP description of an API metric: the descriptor's,
+// or for a percentile one text for the whole stem.
+func description(ds *metricsapi.Dataset, metric string, info metricsapi.MetricInfo) string {
+	if info.Kind == metricsapi.KindPercentile {
+		return fmt.Sprintf("Percentiles of %s (attribute %s), per bucket of dataset %s.", strings.ReplaceAll(info.Stem, "_", " "), AttrPercentile, ds.Name)
+	}
+	for _, dm := range ds.Metrics {
+		if dm.Name == metric {
+			return dm.Description
 		}
-		if points == 0 {
+	}
+	return ""
+}
+
+// chunker gathers points into export requests of at most max points, in
+// the order they are added. sizes (from countPoints) says how many points
+// of each slot every request gets, so each request's data points are
+// allocated once, exactly.
+type chunker struct {
+	p      *plan
+	res    *resource.Resource
+	max    int
+	temp   metricdata.Temporality
+	sizes  [][]int
+	points int
+	dps    [][]metricdata.DataPoint[float64] // per slot, of the request being filled
+	out    []*export
+}
+
+func (c *chunker) add(slot int, dp metricdata.DataPoint[float64]) {
+	if c.dps == nil {
+		c.start()
+	}
+	c.dps[slot] = append(c.dps[slot], dp)
+	if c.points++; c.points >= c.max {
+		c.flush()
+	}
+}
+
+// start allocates the data points of the next request.
+func (c *chunker) start() {
+	size := c.sizes[len(c.out)]
+	total := 0
+	for _, n := range size {
+		total += n
+	}
+	backing := make([]metricdata.DataPoint[float64], total)
+	c.dps = make([][]metricdata.DataPoint[float64], len(c.p.slots))
+	off := 0
+	for slot, n := range size {
+		c.dps[slot] = backing[off : off : off+n]
+		off += n
+	}
+}
+
+func (c *chunker) flush() {
+	if c.points == 0 {
+		return
+	}
+	var ms []metricdata.Metrics
+	for i, sl := range c.p.slots {
+		if len(c.dps[i]) == 0 {
 			continue
 		}
-		var ms []metricdata.Metrics
-		for j, m := range b.Metrics {
-			md := metricdata.Metrics{Name: MetricName(prefix, b.Dataset.Name, m), Description: descs[j], Unit: kinds[j].Unit}
-			switch {
-			case len(sums[j]) > 0:
-				md.Data = metricdata.Sum[float64]{DataPoints: sums[j], Temporality: metricdata.DeltaTemporality, IsMonotonic: true}
-			case len(gauges[j]) > 0:
-				md.Data = metricdata.Gauge[float64]{DataPoints: gauges[j]}
-			default:
+		md := metricdata.Metrics{Name: sl.name, Description: sl.desc, Unit: sl.unit}
+		if sl.count {
+			md.Data = metricdata.Sum[float64]{DataPoints: c.dps[i], Temporality: c.temp, IsMonotonic: true}
+		} else {
+			md.Data = metricdata.Gauge[float64]{DataPoints: c.dps[i]}
+		}
+		ms = append(ms, md)
+	}
+	c.out = append(c.out, &export{points: c.points, rm: &metricdata.ResourceMetrics{
+		Resource:     c.res,
+		ScopeMetrics: []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: ScopeName}, Metrics: ms}},
+	}})
+	c.points, c.dps = 0, nil
+}
+
+// attrSets builds the attribute sets of one series: without and with each
+// percentile of the plan (made when first asked for).
+type attrSets struct {
+	p    *plan
+	kvs  []attribute.KeyValue
+	with []attribute.KeyValue // kvs plus a percentile (NewSet sorts its argument in place)
+	base attribute.Set
+	pct  []attribute.Set
+	made []bool
+}
+
+func (a *attrSets) reset(env string, labels []string) {
+	if a.kvs == nil {
+		a.kvs = make([]attribute.KeyValue, len(a.p.attrKeys))
+		a.pct = make([]attribute.Set, len(a.p.pcts))
+		a.made = make([]bool, len(a.p.pcts))
+	}
+	a.kvs = a.kvs[:len(a.p.attrKeys)]
+	a.kvs[0] = a.p.attrKeys[0].String(env)
+	for i := 1; i < len(a.kvs); i++ {
+		v := ""
+		if i-1 < len(labels) {
+			v = labels[i-1]
+		}
+		a.kvs[i] = a.p.attrKeys[i].String(v)
+	}
+	a.base = attribute.NewSet(a.kvs...)
+	clear(a.made)
+}
+
+func (a *attrSets) of(pct int) attribute.Set {
+	if pct < 0 {
+		return a.base
+	}
+	if !a.made[pct] {
+		a.with = append(append(a.with[:0], a.kvs...), attribute.String(AttrPercentile, a.p.pcts[pct]))
+		a.pct[pct] = attribute.NewSet(a.with...)
+		a.made[pct] = true
+	}
+	return a.pct[pct]
+}
+
+// convert turns a batch into export requests of at most maxPoints points,
+// in time order: first a gauge point per metric of every Latest bucket (at
+// the bucket's end, in bucket order), then a sum point per count of every
+// series with a point at the batch's end (cumulative: the series' totals
+// since its start; delta: their change since its previous point).
+func convert(b *schedule.Batch, prefix string, res *resource.Resource, maxPoints int, temporality metricdata.Temporality) []*export {
+	if len(b.Metrics) == 0 || (len(b.Updates) == 0 && len(b.Counts) == 0) {
+		return nil
+	}
+	p := newPlan(b, prefix)
+	c := &chunker{p: p, res: res, max: max(1, maxPoints), temp: temporality}
+	c.sizes = countPoints(b, p, c.max)
+	attrs := &attrSets{p: p}
+	width := b.Granularity.Duration()
+	for ui := range b.Updates {
+		u := &b.Updates[ui]
+		if !u.Latest {
+			continue
+		}
+		attrs.reset(u.Row.Environment, u.Row.Labels)
+		startT, endT := u.Row.Time, u.Row.Time.Add(width)
+		for j, v := range u.Row.Values {
+			if j >= len(b.Metrics) || p.slots[p.slotOf[j]].count || math.IsNaN(v) {
 				continue
 			}
-			ms = append(ms, md)
+			c.add(p.slotOf[j], metricdata.DataPoint[float64]{Attributes: attrs.of(p.pctOf[j]), StartTime: startT, Time: endT, Value: v})
 		}
-		out = append(out, &export{points: points, rm: &metricdata.ResourceMetrics{
-			Resource:     res,
-			ScopeMetrics: []metricdata.ScopeMetrics{{Scope: instrumentation.Scope{Name: ScopeName}, Metrics: ms}},
-		}})
 	}
-	return out
+	for ci := range b.Counts {
+		sc := &b.Counts[ci]
+		if !sc.Point {
+			continue
+		}
+		attrs.reset(sc.Environment, sc.Labels)
+		start := sc.Start
+		if temporality == metricdata.DeltaTemporality && !sc.PreviousPoint.IsZero() {
+			start = sc.PreviousPoint
+		}
+		for j, v := range sc.Totals {
+			if j >= len(b.Metrics) || !p.slots[p.slotOf[j]].count || math.IsNaN(v) {
+				continue
+			}
+			if temporality == metricdata.DeltaTemporality && j < len(sc.PreviousTotals) && !math.IsNaN(sc.PreviousTotals[j]) {
+				v -= sc.PreviousTotals[j]
+			}
+			c.add(p.slotOf[j], metricdata.DataPoint[float64]{Attributes: attrs.of(-1), StartTime: start, Time: b.End, Value: v})
+		}
+	}
+	c.flush()
+	return c.out
+}
+
+// countPoints returns, for every export request convert makes of b, the
+// number of points of each slot: the same walk as convert's, without
+// building the points.
+func countPoints(b *schedule.Batch, p *plan, maxPoints int) [][]int {
+	var sizes [][]int
+	n := 0
+	count := func(slot int) {
+		if n%maxPoints == 0 {
+			sizes = append(sizes, make([]int, len(p.slots)))
+		}
+		sizes[len(sizes)-1][slot]++
+		n++
+	}
+	for ui := range b.Updates {
+		u := &b.Updates[ui]
+		if !u.Latest {
+			continue
+		}
+		for j, v := range u.Row.Values {
+			if j < len(b.Metrics) && !p.slots[p.slotOf[j]].count && !math.IsNaN(v) {
+				count(p.slotOf[j])
+			}
+		}
+	}
+	for ci := range b.Counts {
+		sc := &b.Counts[ci]
+		if !sc.Point {
+			continue
+		}
+		for j, v := range sc.Totals {
+			if j < len(b.Metrics) && p.slots[p.slotOf[j]].count && !math.IsNaN(v) {
+				count(p.slotOf[j])
+			}
+		}
+	}
+	return sizes
 }

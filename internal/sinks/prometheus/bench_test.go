@@ -78,11 +78,18 @@ func fill(c *Collector, ds *metricsapi.Dataset, sets [][]string) {
 		b := &schedule.Batch{Dataset: ds, Granularity: metricsapi.FiveMinutes, Labels: labels, Metrics: metrics}
 		for _, ls := range sets[start:end] {
 			vals := make([]float64, len(metrics))
+			totals := make([]float64, len(metrics))
 			for i := range vals {
 				vals[i] = float64(i*7 + len(ls[1]))
+				totals[i] = math.NaN()
+				if metricsapi.Classify(metrics[i]).Kind == metricsapi.KindCount {
+					totals[i] = vals[i]
+				}
 			}
+			lbls := append([]string(nil), ls[1:]...)
 			b.Updates = append(b.Updates, schedule.Update{Row: metricsapi.Row{
-				Time: t, Environment: ls[0], Labels: append([]string(nil), ls[1:]...), Values: vals}})
+				Time: t, Environment: ls[0], Labels: lbls, Values: vals}})
+			b.Counts = append(b.Counts, schedule.SeriesCounts{Environment: ls[0], Labels: lbls, Totals: totals, Newest: t})
 		}
 		c.Publish(context.Background(), b)
 	}

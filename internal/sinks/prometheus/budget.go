@@ -30,8 +30,8 @@ const budgetLogInterval = 10 * time.Minute
 // label sets already held keep updating, so no counter goes backwards or
 // disappears because of the budget. A refused label set is admitted at a
 // later publish once there is room (series dropped by --prometheus.series-ttl
-// or by environments that go away make room); its counters then start from
-// the buckets published from then on.
+// or by environments that go away make room); its counters then show the
+// scheduler's totals of the series, as if it had been held all along.
 type seriesBudget struct {
 	max int64 // 0: no budget
 	log *slog.Logger

@@ -29,11 +29,12 @@ func TestSeriesBudget(t *testing.T) {
 	errBatch := func(env string, v float64) *schedule.Batch {
 		return &schedule.Batch{Dataset: errs, Granularity: metricsapi.FiveMinutes, Labels: []string{"country_code"},
 			Metrics: []string{"requests_edge_total"}, Updates: []schedule.Update{{Row: metricsapi.Row{
-				Time: base, Environment: env, Labels: []string{"us"}, Values: []float64{v}}}}}
+				Time: base, Environment: env, Labels: []string{"us"}, Values: []float64{v}}}},
+			Counts: []schedule.SeriesCounts{{Environment: env, Labels: []string{"us"}, Totals: []float64{v}, Newest: base}}}
 	}
 
-	c.Publish(ctx, batch(upd("e1", "us", 0, nil, 10, 0.5, 8, 1, 1), upd("e1", "de", 0, nil, 20, 0.5, 8, 1, 1),
-		upd("e1", "fr", 0, nil, 30, 0.5, 8, 1, 1)))
+	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, nil, 10, 0.5, 8, 1, 1), upd("e1", "de", 0, nil, 20, 0.5, 8, 1, 1),
+		upd("e1", "fr", 0, nil, 30, 0.5, 8, 1, 1)), total("e1", "us", 0, 10), total("e1", "de", 0, 20), total("e1", "fr", 0, 30)))
 	c.Publish(ctx, errBatch("e1", 3))
 	c.Publish(ctx, errBatch("e2", 4)) // 11 held: no room for e2's
 	got := values(t, reg)
@@ -55,8 +56,10 @@ func TestSeriesBudget(t *testing.T) {
 	if _, ok := got["cdn_edge_usage_by_country_requests_edge_total{country_code=fr,environment_id=e1}"]; ok {
 		t.Error("the refused label set is exposed")
 	}
-	// The label sets held keep updating: a revision moves the counter.
-	c.Publish(ctx, batch(upd("e1", "us", 0, []float64{10, 0.5, 8, 1, 1}, 15, 0.5, 8, 1, 1), upd("e1", "fr", 1, nil, 1, 1, 1, 1, 1)))
+	// The label sets held keep updating: a revision moves the counter. A
+	// refused label set with both a row and totals in a batch counts once.
+	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, []float64{10, 0.5, 8, 1, 1}, 15, 0.5, 8, 1, 1), upd("e1", "fr", 1, nil, 1, 1, 1, 1, 1)),
+		total("e1", "us", 0, 15), total("e1", "fr", 1, 31)))
 	got = values(t, reg)
 	if v := got["cdn_edge_usage_by_country_requests_edge_total{country_code=us,environment_id=e1}"]; v != 15 {
 		t.Errorf("held counter = %v after a revision, want 15", v)

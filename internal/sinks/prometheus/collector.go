@@ -8,9 +8,10 @@
 //
 // Names follow DESIGN.md: cdn_<dataset>_<metric> (the prefix is
 // Options.Prefix) with labels environment_id and the dataset's dimensions
-// (those it is exported with). API counts are counters (the sum of every
-// bucket value seen since start; a revision adds its difference), everything
-// else is a gauge of the newest bucket; percentiles become
+// (those it is exported with). API counts are counters (the scheduler's
+// running totals: the sum of every bucket value counted since the series
+// started; a revision adds its difference), everything else is a gauge of
+// the newest bucket; percentiles become
 // cdn_<dataset>_<stem>_seconds{percentile="P"} and bits become bytes.
 //
 // The collector holds at most Options.MaxSeries series (see seriesBudget in
@@ -32,7 +33,6 @@ import (
 	"time"
 	"unique"
 
-	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 )
 
@@ -152,15 +152,16 @@ func (c *Collector) SetEnvironments(ids []string) {
 	}
 }
 
-// Publish folds a batch into the state: counters add new buckets and the
-// difference of revisions, gauges take the newest bucket's value. A NaN
-// value (the bucket has no value for that metric) changes nothing; a NaN
-// previous value means none was published, so the whole value is added.
-// The scheduler never publishes a lowered count (it counts those in
-// edgepipe_count_decreases_ignored_total); a negative difference would be
-// skipped here too. It never fails and never blocks on I/O.
+// Publish folds a batch into the state: gauges take the values of the
+// newest bucket of their label set, counters the series' totals
+// (schedule.SeriesCounts: the sum of every bucket counted since the series
+// started, restored after a restart with a state directory). Setting
+// totals rather than adding differences makes a batch published twice, or
+// a replay after a restart, change nothing. A NaN value (the bucket has no
+// value for that metric) changes nothing. It never fails and never blocks
+// on I/O.
 func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
-	if len(b.Updates) == 0 {
+	if len(b.Updates) == 0 && len(b.Counts) == 0 {
 		return nil
 	}
 	c.mu.Lock()
@@ -176,58 +177,74 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 	defer d.mu.Unlock()
 	d.prepare(b, c.opts.Prefix)
 	idx := d.idxScratch
-	refused := 0
+	p := len(d.plans)
+	var refused map[string]struct{} // label sets the budget refused
 	for ui := range b.Updates {
-		u := &b.Updates[ui]
-		row := &u.Row
+		row := &b.Updates[ui].Row
 		if envs != nil && !envs[row.Environment] {
 			continue
 		}
-		i := d.lookup(row)
+		i := d.lookup(row.Environment, row.Labels)
 		if i < 0 {
-			refused++
+			refused = d.refuse(refused)
 			continue
 		}
 		bt := row.Time.Unix()
-		newest := bt >= d.newest[i]
-		if newest {
-			d.newest[i] = bt
+		if bt < d.newest[i] {
+			continue // an older bucket: its gauges are not the newest
 		}
-		if bt > d.dsNewest {
-			d.dsNewest = bt
-		}
-		vals := d.vals[i*len(d.plans) : (i+1)*len(d.plans)]
+		d.newest[i] = bt
+		d.dsNewest = max(d.dsNewest, bt)
+		vals := d.vals[i*p : (i+1)*p]
 		for k, j := range idx {
-			if j < 0 || k >= len(row.Values) {
+			if j < 0 || k >= len(row.Values) || d.plans[j].kind == kindCounter {
 				continue
 			}
-			v := row.Values[k]
-			if math.IsNaN(v) {
+			if v := row.Values[k]; !math.IsNaN(v) {
+				vals[j] = v
+			}
+		}
+	}
+	for ci := range b.Counts {
+		sc := &b.Counts[ci]
+		if envs != nil && !envs[sc.Environment] {
+			continue
+		}
+		i := d.lookup(sc.Environment, sc.Labels)
+		if i < 0 {
+			refused = d.refuse(refused)
+			continue
+		}
+		if nt := sc.Newest.Unix(); nt > d.newest[i] {
+			d.newest[i] = nt
+			d.dsNewest = max(d.dsNewest, nt)
+		}
+		vals := d.vals[i*p : (i+1)*p]
+		for k, j := range idx {
+			if j < 0 || k >= len(sc.Totals) || d.plans[j].kind != kindCounter {
 				continue
 			}
-			p := d.plans[j]
-			if p.kind == kindCounter {
-				delta := v
-				if u.Previous != nil && k < len(u.Previous) && !math.IsNaN(u.Previous[k]) {
-					delta -= u.Previous[k]
-				}
-				if delta < 0 {
-					continue
-				}
-				if math.IsNaN(vals[j]) {
-					vals[j] = 0
-				}
-				vals[j] += delta
-			} else if newest {
+			if v := sc.Totals[k]; !math.IsNaN(v) {
 				vals[j] = v
 			}
 		}
 	}
 	d.sweep(int64(c.opts.SeriesTTL / time.Second))
-	if refused > 0 {
-		c.budget.refused(d, refused*len(d.plans), time.Now())
+	if len(refused) > 0 {
+		c.budget.refused(d, len(refused)*p, time.Now())
 	}
 	return nil
+}
+
+// refuse adds the label set lookup just refused (its key is in keyScratch)
+// to set, so that a label set with both rows and totals in a batch counts
+// once.
+func (d *datasetState) refuse(set map[string]struct{}) map[string]struct{} {
+	if set == nil {
+		set = make(map[string]struct{})
+	}
+	set[string(d.keyScratch)] = struct{}{}
+	return set
 }
 
 // prepare maps the batch's metrics onto plans (creating plans for metrics
@@ -269,10 +286,10 @@ func (d *datasetState) prepare(b *schedule.Batch, prefix string) {
 	}
 }
 
-// hashRow hashes the label set of row and leaves its key in keyScratch.
-func (d *datasetState) hashRow(row *metricsapi.Row) uint64 {
-	key := append(d.keyScratch[:0], row.Environment...)
-	for _, l := range row.Labels {
+// hashLabels hashes a label set and leaves its key in keyScratch.
+func (d *datasetState) hashLabels(env string, labels []string) uint64 {
+	key := append(d.keyScratch[:0], env...)
+	for _, l := range labels {
 		key = append(key, 0xff)
 		key = append(key, l...)
 	}
@@ -280,7 +297,7 @@ func (d *datasetState) hashRow(row *metricsapi.Row) uint64 {
 	return maphash.Bytes(d.seed, key)
 }
 
-// keyOf returns the key of series i (as hashRow builds it).
+// keyOf returns the key of series i (as hashLabels builds it).
 func (d *datasetState) keyOf(i int) []byte {
 	key := d.keyScratch[:0]
 	for j, l := range d.labels[i*d.k : (i+1)*d.k] {
@@ -293,13 +310,13 @@ func (d *datasetState) keyOf(i int) []byte {
 	return key
 }
 
-// sameLabels reports whether series i has row's label set.
-func (d *datasetState) sameLabels(i int, row *metricsapi.Row) bool {
+// sameLabels reports whether series i has the label set (env, labels).
+func (d *datasetState) sameLabels(i int, env string, labels []string) bool {
 	lbls := d.labels[i*d.k : (i+1)*d.k]
-	if lbls[0] != row.Environment || len(row.Labels) != d.k-1 {
+	if lbls[0] != env || len(labels) != d.k-1 {
 		return false
 	}
-	for j, l := range row.Labels {
+	for j, l := range labels {
 		if lbls[j+1] != l {
 			return false
 		}
@@ -307,12 +324,13 @@ func (d *datasetState) sameLabels(i int, row *metricsapi.Row) bool {
 	return true
 }
 
-// lookup returns the series index of row's label set, creating it if the
-// budget has room, else -1.
-func (d *datasetState) lookup(row *metricsapi.Row) int {
-	h := d.hashRow(row)
+// lookup returns the series index of the label set (env, labels),
+// creating it if the budget has room, else -1 (its key is left in
+// keyScratch).
+func (d *datasetState) lookup(env string, labels []string) int {
+	h := d.hashLabels(env, labels)
 	i, taken := d.index[h]
-	if taken && d.sameLabels(int(i), row) {
+	if taken && d.sameLabels(int(i), env, labels) {
 		return int(i)
 	}
 	if d.collide != nil {
@@ -335,8 +353,8 @@ func (d *datasetState) lookup(row *metricsapi.Row) int {
 		d.vals = append(d.vals, make([]float64, p)...)
 	}
 	lbls := d.labels[n*d.k : (n+1)*d.k]
-	lbls[0] = unique.Make(row.Environment).Value()
-	for j, l := range row.Labels {
+	lbls[0] = unique.Make(env).Value()
+	for j, l := range labels {
 		if j+1 < d.k {
 			lbls[j+1] = unique.Make(l).Value()
 		}

@@ -44,8 +44,22 @@ func upd(env, country string, bucket int, prev []float64, vals ...float64) sched
 	}
 }
 
+// total is the scheduler's running total of requests_edge_total for a
+// label set whose newest bucket is bucket.
+func total(env, country string, bucket int, v float64) schedule.SeriesCounts {
+	nan := math.NaN()
+	return schedule.SeriesCounts{Environment: env, Labels: []string{country}, Totals: []float64{v, nan, nan, nan, nan},
+		Newest: base.Add(time.Duration(bucket) * 5 * time.Minute)}
+}
+
 func batch(us ...schedule.Update) *schedule.Batch {
 	return &schedule.Batch{Dataset: edgeDataset, Granularity: metricsapi.FiveMinutes, Labels: []string{"country_code"}, Metrics: edgeMetrics, Updates: us}
+}
+
+// withTotals adds the series totals of a poll to b.
+func withTotals(b *schedule.Batch, cs ...schedule.SeriesCounts) *schedule.Batch {
+	b.Counts = append(b.Counts, cs...)
+	return b
 }
 
 // values gathers reg and returns value by "name{l=v,...}" (labels sorted).
@@ -100,17 +114,20 @@ func TestCountersGaugesAndRevisions(t *testing.T) {
 	c := NewCollector(Options{})
 	reg := textGatherer{c}
 	ctx := context.Background()
-	c.Publish(ctx, batch(
+	c.Publish(ctx, withTotals(batch(
 		upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40),
 		upd("e1", "us", 1, nil, 50, 0.75, 16000, 200, 60),
 		upd("e1", "de", 1, nil, 7, math.NaN(), 800, 10, 5),
-	))
-	// A revision of the older bucket: counter +10, gauges keep bucket 1.
-	c.Publish(ctx, batch(upd("e1", "us", 0, []float64{100, 0.5, 8000, 120, 40}, 110, 0.9, 9000, 130, 45)))
-	// A revision that lowers a count (the scheduler never sends one) is
-	// not applied.
-	c.Publish(ctx, batch(upd("e1", "de", 1, []float64{7, math.NaN(), 800, 10, 5}, 5, 0.1, 800, 10, 5)))
-	// Updates arriving out of order: the older bucket must not win the gauge.
+	), total("e1", "us", 1, 150), total("e1", "de", 1, 7)))
+	// A revision of the older bucket: the counter takes the new total,
+	// gauges keep bucket 1.
+	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, []float64{100, 0.5, 8000, 120, 40}, 110, 0.9, 9000, 130, 45)),
+		total("e1", "us", 1, 160)))
+	// A revision of the newest bucket moves its gauges; the same batch
+	// published twice (or replayed after a restart) changes nothing more.
+	for range 2 {
+		c.Publish(ctx, batch(upd("e1", "de", 1, []float64{7, math.NaN(), 800, 10, 5}, 7, 0.1, 800, 10, 5)))
+	}
 	got := values(t, reg)
 	want := map[string]float64{
 		"cdn_edge_usage_by_country_requests_edge_total{country_code=us,environment_id=e1}":             160,
@@ -135,6 +152,20 @@ func TestCountersGaugesAndRevisions(t *testing.T) {
 	problems, err := promlint.NewWithMetricFamilies(mustGather(t, reg)).Lint()
 	if err != nil || len(problems) > 0 {
 		t.Errorf("promlint: %v %v", problems, err)
+	}
+	// A restart restores the counters from the totals alone (a series with
+	// no bucket in the first poll after the restart included).
+	c2 := NewCollector(Options{})
+	reg2 := textGatherer{c2}
+	c2.Publish(ctx, withTotals(batch(), total("e1", "us", 1, 160), total("e1", "de", 1, 7)))
+	got2 := values(t, reg2)
+	for _, k := range []string{
+		"cdn_edge_usage_by_country_requests_edge_total{country_code=us,environment_id=e1}",
+		"cdn_edge_usage_by_country_requests_edge_total{country_code=de,environment_id=e1}",
+	} {
+		if got2[k] != want[k] {
+			t.Errorf("restored %s = %v, want %v", k, got2[k], want[k])
+		}
 	}
 }
 
@@ -162,20 +193,21 @@ func TestEnvironmentsAndStaleness(t *testing.T) {
 	c := NewCollector(Options{SeriesTTL: time.Hour, GaugeMaxAge: 15 * time.Minute})
 	reg := textGatherer{c}
 	ctx := context.Background()
-	c.Publish(ctx, batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1), upd("e2", "us", 0, nil, 2, 0.5, 8, 1, 1), upd("e1", "fr", 0, nil, 3, 0.5, 8, 1, 1)))
+	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1), upd("e2", "us", 0, nil, 2, 0.5, 8, 1, 1), upd("e1", "fr", 0, nil, 3, 0.5, 8, 1, 1)),
+		total("e1", "us", 0, 1), total("e2", "us", 0, 2), total("e1", "fr", 0, 3)))
 	c.SetEnvironments([]string{"e1"})
 	if n := c.Series(); n != 2 {
 		t.Fatalf("%d label sets after e2 vanished, want 2", n)
 	}
 	// Updates of a vanished environment that arrive late are ignored.
-	c.Publish(ctx, batch(upd("e2", "us", 1, nil, 2, 0.5, 8, 1, 1)))
+	c.Publish(ctx, withTotals(batch(upd("e2", "us", 1, nil, 2, 0.5, 8, 1, 1)), total("e2", "us", 1, 4)))
 	if n := c.Series(); n != 2 {
 		t.Fatalf("%d label sets after a late e2 update, want 2", n)
 	}
 	// us keeps appearing for 40 minutes, fr does not: fr's gauges go after
 	// 15 minutes, its counter stays until an hour.
 	for b := 1; b <= 8; b++ {
-		c.Publish(ctx, batch(upd("e1", "us", b, nil, 1, 0.5, 8, 1, 1)))
+		c.Publish(ctx, withTotals(batch(upd("e1", "us", b, nil, 1, 0.5, 8, 1, 1)), total("e1", "us", b, float64(b+1))))
 	}
 	got := values(t, reg)
 	if _, ok := got["cdn_edge_usage_by_country_requests_cache_hit_ratio{country_code=fr,environment_id=e1}"]; ok {
@@ -185,7 +217,7 @@ func TestEnvironmentsAndStaleness(t *testing.T) {
 		t.Errorf("fr's counter = %v, want 3 until the TTL", v)
 	}
 	for b := 9; b <= 13; b++ {
-		c.Publish(ctx, batch(upd("e1", "us", b, nil, 1, 0.5, 8, 1, 1)))
+		c.Publish(ctx, withTotals(batch(upd("e1", "us", b, nil, 1, 0.5, 8, 1, 1)), total("e1", "us", b, float64(b+1))))
 	}
 	if n := c.Series(); n != 1 {
 		t.Errorf("%d label sets 65 minutes after fr's last bucket, want 1", n)
@@ -194,7 +226,7 @@ func TestEnvironmentsAndStaleness(t *testing.T) {
 		t.Errorf("us counter = %v, want 14", v)
 	}
 	// A freed slot is reused without mixing state.
-	c.Publish(ctx, batch(upd("e1", "it", 13, nil, 5, 0.25, 8, 1, 1)))
+	c.Publish(ctx, withTotals(batch(upd("e1", "it", 13, nil, 5, 0.25, 8, 1, 1)), total("e1", "it", 13, 5)))
 	if v := values(t, reg)["cdn_edge_usage_by_country_requests_edge_total{country_code=it,environment_id=e1}"]; v != 5 {
 		t.Errorf("it counter = %v, want 5", v)
 	}
@@ -266,7 +298,7 @@ func TestSelfMetricsFailuresAreVisible(t *testing.T) {
 	}
 
 	m.ObserveDiscovery(schedule.DiscoveryReport{Environments: 4, Datasets: []string{"edge_errors", "origin_errors"}})
-	m.ObservePoll(schedule.PollReport{Dataset: "edge_errors", Environments: 4, Decreases: 2, Deferred: 3,
+	m.ObservePoll(schedule.PollReport{Dataset: "edge_errors", Environments: 4, Decreases: 2, Deferred: 3, Baseline: 7, StateErr: errors.New("disk full"),
 		Problems: metricsapi.Problems{Values: map[string]int{"null": 5, "inf": 1}, Rows: map[string]int{"arity": 1}}})
 	skew, known = -40*time.Minute, true
 	got = values(t, reg)
@@ -280,6 +312,9 @@ func TestSelfMetricsFailuresAreVisible(t *testing.T) {
 		"edgepipe_invalid_rows_total{dataset=edge_errors,reason=arity}":  1,
 		"edgepipe_count_decreases_ignored_total{dataset=edge_errors}":    2,
 		"edgepipe_deferred_rows_total{dataset=edge_errors}":              3,
+		"edgepipe_baseline_buckets_total{dataset=edge_errors}":           7,
+		"edgepipe_state_save_failures_total{dataset=edge_errors}":        1,
+		"edgepipe_state_save_failures_total{dataset=origin_errors}":      0,
 		"edgepipe_platform_clock_skew_seconds{}":                         -2400,
 	} {
 		if g, ok := got[k]; !ok || g != v {
@@ -297,12 +332,12 @@ func TestSelfMetricsFailuresAreVisible(t *testing.T) {
 func TestHashCollision(t *testing.T) {
 	c := NewCollector(Options{})
 	ctx := context.Background()
-	c.Publish(ctx, batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1)))
+	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1)), total("e1", "us", 0, 1)))
 	d := c.datasets["edge_usage_by_country"]
 	b := upd("e2", "de", 0, nil, 2, 0.5, 8, 1, 1)
-	d.index[d.hashRow(&b.Row)] = 0 // e2/de now "collides" with e1/us
-	for range 2 {
-		c.Publish(ctx, batch(b))
+	d.index[d.hashLabels("e2", []string{"de"})] = 0 // e2/de now "collides" with e1/us
+	for i := range 2 {
+		c.Publish(ctx, withTotals(batch(b), total("e2", "de", 0, float64(2*(i+1)))))
 	}
 	if n := c.Series(); n != 2 || len(d.collide) != 1 {
 		t.Fatalf("%d series, %d in the collision map; want 2 and 1", n, len(d.collide))

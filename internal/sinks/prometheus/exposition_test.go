@@ -93,17 +93,20 @@ func sortedLines(b []byte) []string {
 func TestWriteTextMatchesClientGolang(t *testing.T) {
 	c := NewCollector(Options{})
 	ctx := context.Background()
-	c.Publish(ctx, batch(
+	odd := `quo"te\back` + "\nslash"
+	c.Publish(ctx, withTotals(batch(
 		upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40),
-		upd("e1", `quo"te\back`+"\nslash", 1, nil, 7, math.NaN(), 800, 10, 5),
+		upd("e1", odd, 1, nil, 7, math.NaN(), 800, 10, 5),
 		upd("e2", "de", 9, nil, 1e21, 1.0/3, 0, 1, 1e-7),
-	))
+	), total("e1", "us", 0, 100), total("e1", odd, 1, 7), total("e2", "de", 9, 1e21)))
 	// More label sets than one chunk holds, some without traffic.
 	errs := &schedule.Batch{Dataset: benchErrors, Granularity: metricsapi.FiveMinutes,
 		Labels: []string{"country_code", "http_status_code"}, Metrics: []string{"requests_edge_total"}}
 	for i, ls := range labelSets(benchErrors, 2*chunkLabelSets+100) {
 		errs.Updates = append(errs.Updates, schedule.Update{Row: metricsapi.Row{Time: base, Environment: ls[0], Labels: ls[1:],
 			Values: []float64{float64(i % 3)}}})
+		errs.Counts = append(errs.Counts, schedule.SeriesCounts{Environment: ls[0], Labels: ls[1:],
+			Totals: []float64{float64(i % 3)}, Newest: base})
 	}
 	c.Publish(ctx, errs)
 
@@ -145,7 +148,7 @@ func TestWriteTextMatchesClientGolang(t *testing.T) {
 // series, gzipped when asked, lint-clean and parseable.
 func TestHandler(t *testing.T) {
 	c := NewCollector(Options{MaxSeries: 1000})
-	c.Publish(context.Background(), batch(upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40)))
+	c.Publish(context.Background(), withTotals(batch(upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40)), total("e1", "us", 0, 100)))
 	reg := prometheus.NewPedanticRegistry()
 	if _, err := NewSelfMetrics(reg, BuildInfo{Version: "v1"}, nil); err != nil {
 		t.Fatal(err)
@@ -220,7 +223,9 @@ func TestWriteTextWhilePublishing(t *testing.T) {
 		ctx := context.Background()
 		for i := range 200 {
 			env := string(rune('a' + i%7))
-			b := batch(upd(env, "us", i, nil, 1, 0.5, 8, 1, 1), upd(env, string(rune('A'+i%26)), i, nil, 2, 0.5, 8, 1, 1))
+			other := string(rune('A' + i%26))
+			b := withTotals(batch(upd(env, "us", i, nil, 1, 0.5, 8, 1, 1), upd(env, other, i, nil, 2, 0.5, 8, 1, 1)),
+				total(env, "us", i, float64(i)), total(env, other, i, float64(2*i)))
 			if i%50 == 49 {
 				b.Metrics = append(append([]string{}, edgeMetrics...), "requests_hit_total")
 				for j := range b.Updates {

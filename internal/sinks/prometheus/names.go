@@ -79,7 +79,7 @@ func plan(prefix string, ds *metricsapi.Dataset, metric string) *metricPlan {
 	switch info.Kind {
 	case metricsapi.KindCount:
 		p.kind = kindCounter
-		help = fmt.Sprintf("%s: sum of the bucket values of dataset %s seen since the exporter started (API metric %s).", desc, ds.Name, metric)
+		help = fmt.Sprintf("%s: sum of the bucket values of dataset %s counted since the series started, across restarts with --state.dir (API metric %s).", desc, ds.Name, metric)
 	case metricsapi.KindPercentile:
 		p.scale = 1.0 / 1000
 		// One help text for every percentile of the stem: they form one family.

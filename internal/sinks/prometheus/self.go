@@ -36,6 +36,8 @@ type SelfMetrics struct {
 	revisions      *prometheus.CounterVec
 	buckets        *prometheus.CounterVec
 	publishErrors  *prometheus.CounterVec
+	baseline       *prometheus.CounterVec
+	stateFailures  *prometheus.CounterVec
 	environments   prometheus.Gauge
 	lagDesc        *prometheus.Desc
 	newestBucketMu sync.Mutex
@@ -116,6 +118,14 @@ func NewSelfMetrics(reg prometheus.Registerer, build BuildInfo, now func() time.
 			Name: "edgepipe_publish_errors_total",
 			Help: "Batches a sink failed to accept, by sink and dataset.",
 		}, []string{"sink", "dataset"}),
+		baseline: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_baseline_buckets_total",
+			Help: "Buckets of a baseline poll (the first poll after a start without --state.dir): remembered and shown as gauges and rows, not counted.",
+		}, []string{"dataset"}),
+		stateFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_state_save_failures_total",
+			Help: "Polls whose state could not be saved to --state.dir; a restart would resume from an older state.",
+		}, []string{"dataset"}),
 		environments: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "edgepipe_environments",
 			Help: "Environments served by this instance (after sharding).",
@@ -133,7 +143,7 @@ func NewSelfMetrics(reg prometheus.Registerer, build BuildInfo, now func() time.
 	for _, c := range []prometheus.Collector{
 		m.discoveryUp, m.invalidValues, m.invalidRows, m.deferredRows, m.decreases, skewCollector{m},
 		m.apiRequests, m.apiDuration, m.pollDuration, m.pollFailures, m.lastSuccess, m.up,
-		m.revisions, m.buckets, m.publishErrors, m.environments, info, lagCollector{m},
+		m.revisions, m.buckets, m.publishErrors, m.baseline, m.stateFailures, m.environments, info, lagCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -153,6 +163,7 @@ func (m *SelfMetrics) ExpectDatasets(names []string) {
 		m.up.WithLabelValues(ds) // created at 0; an existing value is kept
 		m.deferredRows.WithLabelValues(ds)
 		m.decreases.WithLabelValues(ds)
+		m.stateFailures.WithLabelValues(ds)
 		for _, r := range metricsapi.InvalidValueReasons {
 			m.invalidValues.WithLabelValues(ds, r)
 		}
@@ -210,6 +221,12 @@ func (m *SelfMetrics) ObservePoll(r schedule.PollReport) {
 	m.lastSuccess.WithLabelValues(r.Dataset).Set(float64(r.Start.Add(r.Duration).UnixNano()) / 1e9)
 	m.revisions.WithLabelValues(r.Dataset).Add(float64(r.Revisions))
 	m.buckets.WithLabelValues(r.Dataset).Add(float64(r.New))
+	if r.Baseline > 0 {
+		m.baseline.WithLabelValues(r.Dataset).Add(float64(r.Baseline))
+	}
+	if r.StateErr != nil {
+		m.stateFailures.WithLabelValues(r.Dataset).Inc()
+	}
 	if !r.NewestBucketEnd.IsZero() {
 		m.newestBucketMu.Lock()
 		if r.NewestBucketEnd.After(m.newestBucket[r.Dataset]) {
