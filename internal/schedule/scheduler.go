@@ -553,7 +553,8 @@ func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset) {
 	}
 	s.logProblems(r)
 	s.log.Debug("polled", "dataset", ds.Name, "from", r.From, "to", r.To, "envs", r.Environments,
-		"requests", r.Requests, "rows", r.Rows, "new", r.New, "revisions", r.Revisions, "took", r.Duration)
+		"requests", r.Requests, "rows", r.Rows, "new", r.New, "revisions", r.Revisions,
+		"baseline", r.Baseline, "replayed", r.Replayed, "took", r.Duration)
 	s.mu.Lock()
 	if s.active[ds.Name] == ds {
 		s.polledOK[ds.Name] = true
