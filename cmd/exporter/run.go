@@ -12,10 +12,10 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/edgepipe/edgepipe/internal/exportconfig"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/otel"
 	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
@@ -41,6 +41,7 @@ type runFlags struct {
 	stateDir          string
 	seriesTTL         time.Duration
 	gaugeMaxAge       time.Duration
+	maxSeries         int
 	shutdownTimeout   time.Duration
 	web               *web.FlagConfig
 }
@@ -67,6 +68,9 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 		Default(promsink.DefaultSeriesTTL.String()).DurationVar(&f.seriesTTL)
 	cmd.Flag("prometheus.gauge-max-age", "Hide the gauges of a label set whose newest bucket is this much older than the dataset's newest (its counters stay).").
 		Default(promsink.DefaultGaugeMaxAge.String()).DurationVar(&f.gaugeMaxAge)
+	cmd.Flag("prometheus.max-series", "Most series /metrics holds (label sets × their dataset's metrics); beyond it new label sets are "+
+		"refused, counted in edgepipe_series_limit_dropped_total{dataset} and logged, while those held keep updating. 0: no limit.").
+		Default(fmt.Sprint(promsink.DefaultMaxSeries)).IntVar(&f.maxSeries)
 	cmd.Flag("shutdown-timeout", "How long shutdown may take to flush sinks.").Default("10s").DurationVar(&f.shutdownTimeout)
 	f.web = kingpinflag.AddFlags(cmd, DefaultListenAddress)
 	return f
@@ -126,7 +130,8 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 		deps.ready <- x
 	}
 	h.log.Info("exporter running", "granularity", h.common.granularity, "poll_interval", f.pollInterval,
-		"settle_window", x.sched.SettleWindow(), "shard", fmt.Sprintf("%d/%d", h.common.shard.Index, h.common.shard.Count))
+		"settle_window", x.sched.SettleWindow(), "shard", fmt.Sprintf("%d/%d", h.common.shard.Index, h.common.shard.Count),
+		"config_file", h.common.config.Source, "prefix", h.common.config.Prefix, "max_series", f.maxSeries)
 
 	var result error
 	schedDone := false
@@ -137,7 +142,8 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 			result = fmt.Errorf("web server: %w", err)
 		}
 	case err := <-schedErr:
-		// Only a configuration error (an unknown --dataset) ends the
+		// Only a configuration error (an unknown --dataset, a config
+		// file that does not fit the platform's datasets) ends the
 		// scheduler before ctx does.
 		schedDone = true
 		result = err
@@ -189,15 +195,17 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		return nil, err
 	}
 
+	if f.maxSeries < 0 {
+		return nil, fmt.Errorf("--prometheus.max-series must not be negative, got %d", f.maxSeries)
+	}
+
 	tracker, err := openState(h, f, x)
 	if err != nil {
 		return nil, err
 	}
-
-	x.collector = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge})
-	if err = x.reg.Register(x.collector); err != nil {
-		return nil, fmt.Errorf("register collector: %w", err)
-	}
+	cfg := h.common.config
+	x.collector = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge,
+		Prefix: cfg.Prefix, MaxSeries: f.maxSeries, Logger: h.log.With("sink", "prometheus")})
 	pubs := []schedule.NamedPublisher{{Name: "prometheus", Publisher: x.collector}}
 
 	otlp := otel.Enabled(f.otlpEndpoint)
@@ -218,7 +226,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		if err != nil {
 			return nil, err
 		}
-		sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg,
+		sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg, Prefix: cfg.Prefix,
 			Logger: h.log.With("sink", "otlp"), Temporality: temporality})
 		if err != nil {
 			return nil, err
@@ -254,7 +262,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		Concurrency:       f.concurrency,
 		Jitter:            f.jitter,
 		Datasets:          f.datasets,
-		DatasetSource:     cl.Metrics,
+		DatasetSource:     &exportconfig.DatasetSource{Source: cl.Metrics, Config: cfg, Logger: h.log.With("component", "config")},
 		Environments:      h.environments(cl),
 		Fetcher:           cl.Metrics,
 		Resume:            resume,
@@ -270,21 +278,22 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	if err != nil {
 		return nil, err
 	}
-	x.handler, err = newHandler(x.reg, x.sched, h, vi.Version)
+	x.handler, err = newHandler(x.reg, x.collector, x.sched, h, vi.Version)
 	if err != nil {
 		return nil, err
 	}
 	return x, nil
 }
 
-// newHandler serves /metrics, /healthz, /readyz and the landing page.
-func newHandler(reg *prometheus.Registry, sched *schedule.Scheduler, h *host, ver string) (http.Handler, error) {
+// newHandler serves /metrics (the registry's self-metrics, then the
+// collector's series), /healthz, /readyz and the landing page.
+func newHandler(reg *prometheus.Registry, c *promsink.Collector, sched *schedule.Scheduler, h *host, ver string) (http.Handler, error) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      slogErrorLog{h},
-		ErrorHandling: promhttp.ContinueOnError,
-		Registry:      reg,
-	}))
+	metrics, err := promsink.Handler(reg, c, func(err error) { h.log.Error("serving /metrics", "err", err) })
+	if err != nil {
+		return nil, fmt.Errorf("/metrics handler: %w", err)
+	}
+	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -314,11 +323,6 @@ func newHandler(reg *prometheus.Registry, sched *schedule.Scheduler, h *host, ve
 	mux.Handle("/", landing)
 	return mux, nil
 }
-
-// slogErrorLog adapts the logger to promhttp's error log.
-type slogErrorLog struct{ h *host }
-
-func (l slogErrorLog) Println(v ...any) { l.h.log.Error("serving /metrics", "err", fmt.Sprint(v...)) }
 
 // openState opens --state.dir and returns the tracker to start from: empty
 // for a first start (an empty directory), restored from the directory's
