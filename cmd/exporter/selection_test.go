@@ -178,7 +178,10 @@ func (a aggregated) check(t *testing.T, got map[string]float64, datasets []strin
 
 // allDatasets are the simulator's datasets.
 var allDatasets = func() []string {
-	sim := platformsim.New(platformsim.Config{})
+	sim, err := platformsim.New(platformsim.Config{})
+	if err != nil {
+		panic(err)
+	}
 	defer sim.Close()
 	return sim.DatasetNames()
 }()
@@ -409,7 +412,10 @@ func mapsEqualFloat(a, b map[string]float64) bool {
 // does not (or does) poll and expose.
 func TestConfigFileEnvironments(t *testing.T) {
 	world := platformsim.Config{Seed: 7, Properties: 4, Environments: 45}
-	sim := platformsim.New(world)
+	sim, err := platformsim.New(world)
+	if err != nil {
+		t.Fatal(err)
+	}
 	envs, props := sim.Environments(), sim.Properties()
 	sim.Close()
 	slug := map[string]string{}

@@ -283,7 +283,10 @@ func TestEnvironmentsChange(t *testing.T) {
 // hour, and the sizes vary as in a real organization (a few big production
 // environments carry most of it).
 func TestWorldOf1000Environments(t *testing.T) {
-	srv := platformsim.New(platformsim.Config{Seed: 1, Properties: 10, Environments: 1000})
+	srv, err := platformsim.New(platformsim.Config{Seed: 1, Properties: 10, Environments: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer srv.Close()
 	props, envs := srv.Properties(), srv.Environments()
 	if len(props) != 10 || len(envs) != 1000 {

@@ -55,7 +55,11 @@ func BenchmarkWorldOf1000(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		var keep []*platformsim.Server
 		for b.Loop() {
-			keep = append(keep, platformsim.New(cfg))
+			s, err := platformsim.New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			keep = append(keep, s)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

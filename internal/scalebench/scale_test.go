@@ -86,7 +86,10 @@ func measure(tb testing.TB, r run) result {
 	bin := testenv.GoBuild(tb, "github.com/edgepipe/edgepipe/cmd/exporter")
 	ch := testenv.ClickHouse(tb)
 	db := ch.NewDatabase(tb)
-	sim := platformsim.New(platformsim.Config{Seed: 1, Properties: r.properties, Environments: r.environments})
+	sim, err := platformsim.New(platformsim.Config{Seed: 1, Properties: r.properties, Environments: r.environments})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	base, err := sim.Start("127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
