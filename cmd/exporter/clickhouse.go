@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,14 +45,14 @@ func addClickHouseFlags(cmd *kingpin.CmdClause, forBackfill bool) *clickhouseFla
 	cmd.Flag("clickhouse.retention", "Drop rows older than this, e.g. 32d: a table TTL from ClickHouse 19.6 on; on older servers whole monthly partitions are dropped once all their rows are older. 0 keeps everything.").
 		Default("0s").SetValue(&f.retention)
 	maxBackfill := cmd.Flag("clickhouse.max-backfill", "At start, resume each dataset from the newest stored bucket, but reach back at most this far (e.g. 24h, 3d).").
-		Default("24h")
+		Default(model.Duration(metrictables.DefaultMaxBackfill).String())
 	maxBackfill.SetValue(&f.maxBackfill)
 	cmd.Flag("clickhouse.cluster", "The cluster (remote_servers) the DSN's server belongs to: Replicated <dataset>_local tables on every node and a Distributed <dataset> sharded by environment, created ON CLUSTER, checked and completed on every node; synchronous inserts (needs macros {shard} and {replica}).").
 		PlaceHolder("NAME").StringVar(&f.cluster)
 	cmd.Flag("clickhouse.insert-quorum", "With --clickhouse.cluster: an INSERT succeeds only once this many replicas of its shard have the rows (insert_quorum; 0 = one replica).").
 		Default("0").IntVar(&f.insertQuorum)
 	queue := cmd.Flag("clickhouse.queue-rows", "Rows held in memory while ClickHouse is slow or down; beyond it batches are dropped and counted.").
-		Default("1000000")
+		Default(strconv.Itoa(metrictables.DefaultQueueRows))
 	queue.IntVar(&f.queueRows)
 	if forBackfill {
 		maxBackfill.Hidden()

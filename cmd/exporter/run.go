@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
@@ -48,11 +49,11 @@ type runFlags struct {
 
 func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 	f := &runFlags{}
-	cmd.Flag("poll-interval", "How often each dataset is polled; polls are aligned to multiples of it.").Default("1m").DurationVar(&f.pollInterval)
+	cmd.Flag("poll-interval", "How often each dataset is polled; polls are aligned to multiples of it.").Default(schedule.DefaultPollInterval.String()).DurationVar(&f.pollInterval)
 	cmd.Flag("settle-window", "How far back buckets are re-polled for late data (default 30m for FIVE_MINUTES, 3 buckets for HOUR and DAY); rounded up to whole buckets.").
 		DurationVar(&f.settleWindow)
-	cmd.Flag("discovery.interval", "How often environments and dataset descriptors are listed again.").Default("5m").DurationVar(&f.discoveryInterval)
-	cmd.Flag("poll.concurrency", "Most dataset polls running at once.").Default("4").IntVar(&f.concurrency)
+	cmd.Flag("discovery.interval", "How often environments and dataset descriptors are listed again.").Default(schedule.DefaultDiscoveryInterval.String()).DurationVar(&f.discoveryInterval)
+	cmd.Flag("poll.concurrency", "Most dataset polls running at once.").Default(strconv.Itoa(schedule.DefaultConcurrency)).IntVar(&f.concurrency)
 	cmd.Flag("poll.jitter", "Largest random delay added to each aligned poll (spreads instances).").Default("5s").DurationVar(&f.jitter)
 	cmd.Flag("dataset", "Poll only this dataset (repeatable; default: every dataset offering the granularity).").StringsVar(&f.datasets)
 	cmd.Flag("otlp.endpoint", "Enables OTLP export to this endpoint: a URL (http:// plaintext, https:// TLS) or host:port (TLS). The standard OTEL_EXPORTER_OTLP_* variables work too.").
@@ -63,14 +64,14 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 	cmd.Flag("state.dir", "Directory where the exporter keeps, after every poll, what it needs to continue exactly after a restart: high-water marks, the values published for the settle window's buckets, counter totals. Without it the first poll after start is a baseline (remembered, not counted).").
 		StringVar(&f.stateDir)
 	cmd.Flag("otlp.queue-size", "OTLP export requests (each up to 10000 points) queued while the collector is slow or down; beyond it points are dropped and counted.").
-		Default("256").IntVar(&f.otlpQueue)
+		Default(strconv.Itoa(otel.DefaultQueueSize)).IntVar(&f.otlpQueue)
 	cmd.Flag("prometheus.series-ttl", "Drop a label set (e.g. a country) whose newest bucket is this much older than the dataset's newest; its counter totals and OTLP sums end then too.").
 		Default(promsink.DefaultSeriesTTL.String()).DurationVar(&f.seriesTTL)
 	cmd.Flag("prometheus.gauge-max-age", "Hide the gauges of a label set whose newest bucket is this much older than the dataset's newest (its counters stay).").
 		Default(promsink.DefaultGaugeMaxAge.String()).DurationVar(&f.gaugeMaxAge)
 	cmd.Flag("prometheus.max-series", "Most series /metrics holds (label sets × their dataset's metrics); beyond it new label sets are "+
 		"refused, counted in edgepipe_series_limit_dropped_total{dataset} and logged, while those held keep updating. 0: no limit.").
-		Default(fmt.Sprint(promsink.DefaultMaxSeries)).IntVar(&f.maxSeries)
+		Default(strconv.Itoa(promsink.DefaultMaxSeries)).IntVar(&f.maxSeries)
 	cmd.Flag("shutdown-timeout", "How long shutdown may take to flush sinks.").Default("10s").DurationVar(&f.shutdownTimeout)
 	f.web = kingpinflag.AddFlags(cmd, DefaultListenAddress)
 	return f
@@ -204,8 +205,11 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		return nil, err
 	}
 	cfg := h.common.config
-	x.collector = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge,
+	x.collector, err = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge,
 		Prefix: cfg.Prefix, MaxSeries: f.maxSeries, Logger: h.log.With("sink", "prometheus")})
+	if err != nil {
+		return nil, err
+	}
 	pubs := []schedule.NamedPublisher{{Name: "prometheus", Publisher: x.collector}}
 
 	otlp := otel.Enabled(f.otlpEndpoint)

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -42,25 +43,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
 		listen        = app.Flag("web.listen-address", "Address to serve the API and the token endpoint on.").Default("127.0.0.1:9790").String()
 		seed          = app.Flag("seed", "Seed of the simulated world and its data.").Default("1").Int64()
-		tokenLifetime = app.Flag("token-lifetime", "Lifetime of issued access tokens.").Default("300s").Duration()
-		lateData      = app.Flag("late-data", "How long after a bucket ends its values keep changing (0 disables late data).").Default("10m").Duration()
-		properties    = app.Flag("world.properties", "Number of properties of the demo organization.").Default("3").Int()
-		environments  = app.Flag("world.environments", "Total number of environments, spread over the properties.").Default("25").Int()
+		tokenLifetime = app.Flag("token-lifetime", "Lifetime of issued access tokens.").Default(platformsim.DefaultTokenLifetime.String()).Duration()
+		lateData      = app.Flag("late-data", "How long after a bucket ends its values keep changing (0 disables late data).").Default(platformsim.DefaultLateData.String()).Duration()
+		properties    = app.Flag("world.properties", "Number of properties of the demo organization.").Default(strconv.Itoa(platformsim.DefaultProperties)).Int()
+		environments  = app.Flag("world.environments", "Total number of environments, spread over the properties.").Default(strconv.Itoa(platformsim.DefaultEnvironments)).Int()
 		numbers       = app.Flag("data.numbers", "How data rows render numbers: mixed (some rows as numeric strings), numbers, strings.").Default("mixed").Enum("mixed", "numbers", "strings")
 		rate429       = app.Flag("fault.rate-429", "Share of API requests answered 429 (0..1).").Default("0").Float64()
-		retryAfter    = app.Flag("fault.retry-after", "Retry-After of injected 429 responses.").Default("1s").Duration()
+		retryAfter    = app.Flag("fault.retry-after", "Retry-After of injected 429 responses.").Default(platformsim.DefaultRetryAfter.String()).Duration()
 		rate5xx       = app.Flag("fault.rate-5xx", "Share of API requests answered 500 or 503 (0..1).").Default("0").Float64()
 		latency       = app.Flag("fault.latency", "Delay added to every API response.").Default("0s").Duration()
 		badValues     = app.Flag("fault.bad-values", "Replace a share of the metric values of data rows by values that are not: null, nan (\"NaN\"), infinity (\"Infinity\"), negative (-12345, counts only) or text (\"n/a\").").
 				Enum("null", "nan", "infinity", "negative", "text")
-		badValueRate  = app.Flag("fault.bad-value-rate", "Share of metric values --fault.bad-values replaces (0..1).").Default("0.1").Float64()
+		badValueRate  = app.Flag("fault.bad-value-rate", "Share of metric values --fault.bad-values replaces (0..1).").Default(strconv.FormatFloat(platformsim.DefaultBadValueRate, 'g', -1, 64)).Float64()
 		malformedRows = app.Flag("fault.malformed-rows", "Share of data rows replaced by a malformed row (wrong number of values, or an object) (0..1).").Default("0").Float64()
 		clockOffset   = app.Flag("fault.clock-offset", "How far the platform's clock runs ahead of this machine's (negative: behind), e.g. -40m; moves the data, token expiry and the Date header.").Default("0s").Duration()
 		rateLimits    = app.Flag("api.rate-limits", "Enforce the per-client rate limits of the spec (accounts: 2,000 GET per 5 minutes); --no-api.rate-limits disables.").Default("true").Bool()
 		recordsPerSec = app.Flag("delivery.records-per-second", "Access-log records generated per second for each enabled RTLD profile.").Default("5").Float64()
-		batchSize     = app.Flag("delivery.batch-size", "Most records in one delivered log batch.").Default("500").Int()
-		flushInterval = app.Flag("delivery.flush-interval", "How long records wait for a full batch before a partial one is sent.").Default("1s").Duration()
-		retryInterval = app.Flag("delivery.retry-interval", "Wait before a failed batch is sent again.").Default("10s").Duration()
+		batchSize     = app.Flag("delivery.batch-size", "Most records in one delivered log batch.").Default(strconv.Itoa(platformsim.DefaultBatchSize)).Int()
+		flushInterval = app.Flag("delivery.flush-interval", "How long records wait for a full batch before a partial one is sent.").Default(platformsim.DefaultFlushInterval.String()).Duration()
+		retryInterval = app.Flag("delivery.retry-interval", "Wait before a failed batch is sent again.").Default(platformsim.DefaultRetryInterval.String()).Duration()
 		insecure      = app.Flag("delivery.insecure-skip-verify", "Accept any TLS certificate of destination endpoints (local demos only).").Bool()
 		logLevel      = app.Flag("log.level", "Log level: debug, info, warn, error.").Default("info").Enum("debug", "info", "warn", "error")
 	)

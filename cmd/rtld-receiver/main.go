@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +38,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/deadletter"
 	"github.com/edgepipe/edgepipe/internal/rtld/receiver"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
@@ -118,22 +120,22 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("auth.url", "The platform's auth_url; tokens come from <auth.url>/connect/token.").Envar("EDGEPIPE_AUTH_URL").StringVar(&f.authURL)
 	app.Flag("environment-id", "Environment to serve (repeatable; EDGEPIPE_ENVIRONMENT_ID is comma-separated).").Envar("EDGEPIPE_ENVIRONMENT_ID").StringsVar(&f.environmentIDs)
 	app.Flag("public-url", "Base https URL the platform reaches this receiver at; each profile's destination_endpoint is <public-url>/ingest/<environment_id>.").Envar("EDGEPIPE_PUBLIC_URL").StringVar(&f.publicURL)
-	app.Flag("profile-name", "Name of the RTLD profile the receiver owns in each environment.").Default("edgepipe").StringVar(&f.profileName)
+	app.Flag("profile-name", "Name of the RTLD profile the receiver owns in each environment.").Default(rtld.DefaultProfileName).StringVar(&f.profileName)
 	app.Flag("fields", "Comma-separated log-field codes to request (default: every field the fields API lists).").StringVar(&f.fields)
 	app.Flag("register", "Create or repair the RTLD profile in each environment (--no-register to manage profiles yourself).").Default("true").BoolVar(&f.register)
-	app.Flag("register.interval", "How often profiles are re-checked and repaired.").Default("5m").DurationVar(&f.registerInterval)
+	app.Flag("register.interval", "How often profiles are re-checked and repaired.").Default(rtld.DefaultRegisterInterval.String()).DurationVar(&f.registerInterval)
 	app.Flag("kafka.brokers", "Comma-separated Kafka bootstrap brokers; enables the Kafka sink.").Envar("EDGEPIPE_KAFKA_BROKERS").StringVar(&f.kafkaBrokers)
-	app.Flag("kafka.topic", "Kafka topic for the records.").Default("cdn-access-logs").StringVar(&f.kafkaTopic)
-	app.Flag("kafka.compression", "Kafka compression: none, gzip, snappy, lz4, zstd.").Default("lz4").EnumVar(&f.kafkaCompression, "none", "gzip", "snappy", "lz4", "zstd")
+	app.Flag("kafka.topic", "Kafka topic for the records.").Default(kafkasink.DefaultTopic).StringVar(&f.kafkaTopic)
+	app.Flag("kafka.compression", "Kafka compression: none, gzip, snappy, lz4, zstd.").Default(kafkasink.DefaultCompression).EnumVar(&f.kafkaCompression, "none", "gzip", "snappy", "lz4", "zstd")
 	app.Flag("kafka.create-topic", "Create the topic if it does not exist (otherwise it must exist).").Default("true").BoolVar(&f.kafkaCreateTopic)
-	app.Flag("kafka.partitions", "Partitions of a topic the receiver creates.").Default("6").IntVar(&f.kafkaPartitions)
-	app.Flag("kafka.replication-factor", "Replication factor of a topic the receiver creates (-1: the broker's default).").Default("-1").IntVar(&f.kafkaReplication)
+	app.Flag("kafka.partitions", "Partitions of a topic the receiver creates.").Default(strconv.Itoa(kafkasink.DefaultPartitions)).IntVar(&f.kafkaPartitions)
+	app.Flag("kafka.replication-factor", "Replication factor of a topic the receiver creates (-1: the broker's default).").Default(strconv.Itoa(kafkasink.DefaultReplicationFactor)).IntVar(&f.kafkaReplication)
 	app.Flag("kafka.tls", "Connect to the Kafka brokers with TLS (the system's CA certificates unless --kafka.tls.ca-file).").BoolVar(&f.kafkaTLS)
 	app.Flag("kafka.tls.ca-file", "PEM file of the CA certificates the brokers' certificates must chain to (needs --kafka.tls).").PlaceHolder("FILE").StringVar(&f.kafkaTLSCAFile)
 	app.Flag("kafka.tls.cert-file", "PEM client certificate for mutual TLS (with --kafka.tls.key-file; needs --kafka.tls).").PlaceHolder("FILE").StringVar(&f.kafkaTLSCertFile)
 	app.Flag("kafka.tls.key-file", "PEM key of --kafka.tls.cert-file.").PlaceHolder("FILE").StringVar(&f.kafkaTLSKeyFile)
 	app.Flag("kafka.tls.insecure-skip-verify", "FOR TESTING ONLY: accept any broker certificate (anyone on the path can read and alter the traffic).").BoolVar(&f.kafkaTLSInsecure)
-	app.Flag("kafka.max-message-bytes", "Largest record batch the Kafka brokers accept (their message.max.bytes or the topic's max.message.bytes); the writer's batches stay under it and a record too large for it alone is dead-lettered for Kafka (it still reaches ClickHouse). Must be at least --ingest.max-record-bytes.").Default("1MiB").BytesVar(&f.kafkaMaxMessageBytes)
+	app.Flag("kafka.max-message-bytes", "Largest record batch the Kafka brokers accept (their message.max.bytes or the topic's max.message.bytes); the writer's batches stay under it and a record too large for it alone is dead-lettered for Kafka (it still reaches ClickHouse). Must be at least --ingest.max-record-bytes.").Default(units.Base2Bytes(kafkasink.DefaultMaxMessageBytes).String()).BytesVar(&f.kafkaMaxMessageBytes)
 	app.Flag("kafka.sasl.mechanism", "Kafka SASL mechanism: none, plain, scram-sha-256, scram-sha-512. The username and password come only from EDGEPIPE_KAFKA_USERNAME and EDGEPIPE_KAFKA_PASSWORD (or their _FILE variants).").Default(kafkasink.SASLNone).EnumVar(&f.kafkaSASLMechanism, kafkasink.SASLMechanisms...)
 	app.Flag("clickhouse.dsn", "ClickHouse DSN (native protocol), e.g. clickhouse://127.0.0.1:9000/cdn; enables the ClickHouse sink (table access_logs). The password may come from EDGEPIPE_CLICKHOUSE_PASSWORD.").Envar("EDGEPIPE_CLICKHOUSE_DSN").StringVar(&f.clickhouseDSN)
 	app.Flag("clickhouse.cluster", "The cluster (remote_servers) the DSN's server belongs to: a Replicated access_logs_local on every node and a Distributed access_logs sharded by record identity, created ON CLUSTER, checked and completed on every node; a delivery counts once its rows are on their shards (insert_distributed_sync=1). Needs macros {shard} and {replica}.").PlaceHolder("NAME").StringVar(&f.clickhouseCluster)
@@ -142,16 +144,16 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("spool.dir", "Directory of the on-disk spool where accepted batches wait until every sink has them.").Default("./data/spool").StringVar(&f.spoolDir)
 	app.Flag("spool.max-bytes", "Size bound of the spool; when reached, ingest answers 503 with Retry-After (the platform retries) and drops nothing.").Default("10GiB").BytesVar(&f.spoolMaxBytes)
 	app.Flag("spool.segment-bytes", "Size of one spool segment file (0: a sixteenth of --spool.max-bytes, between 1MiB and 64MiB).").Default("0").BytesVar(&f.spoolSegmentBytes)
-	app.Flag("ingest.max-body-bytes", "Largest request body as sent (gzip); 413 beyond.").Default("16MiB").BytesVar(&f.maxBodyBytes)
-	app.Flag("ingest.max-decoded-bytes", "Largest request body after decompression; 413 beyond.").Default("32MiB").BytesVar(&f.maxDecodedBytes)
-	app.Flag("ingest.max-record-bytes", "Largest single record (JSON); a batch holding a bigger one gets 413. At most --kafka.max-message-bytes when Kafka is enabled.").Default("512KiB").BytesVar(&f.maxRecordBytes)
-	app.Flag("ingest.max-in-flight", "Received requests decompressed, decoded and spooled at once; a request waits briefly for a slot, then gets 503 with Retry-After. A slot is taken only once the body has arrived.").Default("16").IntVar(&f.maxInFlight)
+	app.Flag("ingest.max-body-bytes", "Largest request body as sent (gzip); 413 beyond.").Default(units.Base2Bytes(rtld.DefaultMaxBodyBytes).String()).BytesVar(&f.maxBodyBytes)
+	app.Flag("ingest.max-decoded-bytes", "Largest request body after decompression; 413 beyond.").Default(units.Base2Bytes(rtld.DefaultMaxDecodedBytes).String()).BytesVar(&f.maxDecodedBytes)
+	app.Flag("ingest.max-record-bytes", "Largest single record (JSON); a batch holding a bigger one gets 413. At most --kafka.max-message-bytes when Kafka is enabled.").Default(units.Base2Bytes(rtld.DefaultMaxRecordBytes).String()).BytesVar(&f.maxRecordBytes)
+	app.Flag("ingest.max-in-flight", "Received requests decompressed, decoded and spooled at once; a request waits briefly for a slot, then gets 503 with Retry-After. A slot is taken only once the body has arrived.").Default(strconv.Itoa(rtld.DefaultMaxInFlight)).IntVar(&f.maxInFlight)
 	// Memory and slow senders (see the README's sizing rule).
-	app.Flag("ingest.max-memory-bytes", "Memory for request bodies in flight, as received and decompressed; a request beyond it waits briefly, then gets 503 with Retry-After. Size the memory limit from it: see the README's sizing rule.").Default("128MiB").BytesVar(&f.maxMemoryBytes)
-	app.Flag("ingest.body-timeout", "Time a request body may take to arrive; slower senders get 408 and hold no ingest slot meanwhile.").Default("30s").DurationVar(&f.bodyTimeout)
-	app.Flag("ingest.retry-after", "Retry-After sent with 503 answers.").Default("5s").DurationVar(&f.retryAfter)
-	app.Flag("dead-letter.max-bytes", "Size bound of the dead-letter store (<spool.dir>/dead-letter), all sinks together; rejected records that do not fit are dropped for that sink (the other sink still has them), counted in edgepipe_rtld_dead_letter_dropped_records_total and logged.").Default("1GiB").BytesVar(&f.deadLetterMaxBytes)
-	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default("10m").DurationVar(&f.gapGrace)
+	app.Flag("ingest.max-memory-bytes", "Memory for request bodies in flight, as received and decompressed; a request beyond it waits briefly, then gets 503 with Retry-After. Size the memory limit from it: see the README's sizing rule.").Default(units.Base2Bytes(rtld.DefaultMaxMemoryBytes).String()).BytesVar(&f.maxMemoryBytes)
+	app.Flag("ingest.body-timeout", "Time a request body may take to arrive; slower senders get 408 and hold no ingest slot meanwhile.").Default(rtld.DefaultBodyTimeout.String()).DurationVar(&f.bodyTimeout)
+	app.Flag("ingest.retry-after", "Retry-After sent with 503 answers.").Default(rtld.DefaultRetryAfter.String()).DurationVar(&f.retryAfter)
+	app.Flag("dead-letter.max-bytes", "Size bound of the dead-letter store (<spool.dir>/dead-letter), all sinks together; rejected records that do not fit are dropped for that sink (the other sink still has them), counted in edgepipe_rtld_dead_letter_dropped_records_total and logged.").Default(units.Base2Bytes(deadletter.DefaultMaxBytes).String()).BytesVar(&f.deadLetterMaxBytes)
+	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default(receiver.DefaultGapGrace.String()).DurationVar(&f.gapGrace)
 	app.Flag("simulate", "Run against the built-in platform simulator: it serves the API in-process and delivers log batches to this receiver over TLS on loopback.").BoolVar(&f.simulate)
 	app.Flag("simulate.records-per-second", "With --simulate: records generated per second for each environment's profile.").Default("20").Float64Var(&f.simRecordsPerSecond)
 	app.Flag("simulate.environments", "With --simulate: how many of the simulator's environments to serve when no --environment-id is given (0: all).").Default("3").IntVar(&f.simEnvironments)

@@ -73,7 +73,8 @@ type NamedPublisher struct {
 // required; zero values elsewhere take the documented defaults.
 type Config struct {
 	Granularity metricsapi.Granularity // default FIVE_MINUTES
-	// PollInterval is how often each dataset is polled (default 1m). Polls
+	// PollInterval is how often each dataset is polled (default
+	// DefaultPollInterval). Polls
 	// are aligned to multiples of it (UTC), plus up to Jitter.
 	PollInterval time.Duration
 	// SettleWindow is how far before the HighWaterMark buckets are
@@ -81,10 +82,10 @@ type Config struct {
 	// DefaultSettleWindow).
 	SettleWindow time.Duration
 	// DiscoveryInterval is how often environments and dataset descriptors
-	// are listed again (default 5m).
+	// are listed again (default DefaultDiscoveryInterval).
 	DiscoveryInterval time.Duration
 	// Concurrency bounds the polls running at once across datasets
-	// (default 4).
+	// (default DefaultConcurrency).
 	Concurrency int
 	// Jitter is the largest random delay added to each aligned poll time,
 	// to spread load across instances; 0 means none.
@@ -182,48 +183,79 @@ type loop struct {
 	done   chan struct{}
 }
 
+// withDefaults returns c with every unset field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Granularity == "" {
+		c.Granularity = metricsapi.FiveMinutes
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.SettleWindow == 0 {
+		c.SettleWindow = DefaultSettleWindow(c.Granularity)
+	}
+	if c.DiscoveryInterval == 0 {
+		c.DiscoveryInterval = DefaultDiscoveryInterval
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+	if c.Clock == nil {
+		c.Clock = RealClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Tracker == nil {
+		c.Tracker = NewTracker(Restart)
+	}
+	if c.SeriesTTL == 0 {
+		c.SeriesTTL = DefaultSeriesTTL
+	}
+	return c
+}
+
+// validate reports every setting of c (with defaults applied) that cannot
+// work.
+func (c Config) validate() error {
+	var errs []error
+	if c.DatasetSource == nil || c.Environments == nil || c.Fetcher == nil {
+		errs = append(errs, errors.New("DatasetSource, Environments and Fetcher are required"))
+	}
+	if c.Granularity.Duration() == 0 {
+		errs = append(errs, fmt.Errorf("unknown granularity %q", c.Granularity))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"PollInterval", c.PollInterval}, {"SettleWindow", c.SettleWindow}, {"DiscoveryInterval", c.DiscoveryInterval}, {"SeriesTTL", c.SeriesTTL}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must be positive", d.name, d.v))
+		}
+	}
+	if c.Jitter < 0 {
+		errs = append(errs, fmt.Errorf("Jitter %s: must not be negative", c.Jitter))
+	}
+	if c.Concurrency < 0 {
+		errs = append(errs, fmt.Errorf("Concurrency %d: must be positive", c.Concurrency))
+	}
+	for _, p := range c.Publishers {
+		if p.Publisher == nil || p.Name == "" {
+			errs = append(errs, errors.New("every publisher needs a name and a Publisher"))
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // New checks cfg and returns a Scheduler.
 func New(cfg Config) (*Scheduler, error) {
-	if cfg.DatasetSource == nil || cfg.Environments == nil || cfg.Fetcher == nil {
-		return nil, errors.New("schedule: DatasetSource, Environments and Fetcher are required")
-	}
-	if cfg.Granularity == "" {
-		cfg.Granularity = metricsapi.FiveMinutes
-	}
-	if cfg.Granularity.Duration() == 0 {
-		return nil, fmt.Errorf("schedule: unknown granularity %q", cfg.Granularity)
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = DefaultPollInterval
-	}
-	if cfg.SettleWindow <= 0 {
-		cfg.SettleWindow = DefaultSettleWindow(cfg.Granularity)
-	}
-	if cfg.DiscoveryInterval <= 0 {
-		cfg.DiscoveryInterval = DefaultDiscoveryInterval
-	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
-	}
-	if cfg.Observer == nil {
-		cfg.Observer = nopObserver{}
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = RealClock{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Tracker == nil {
-		cfg.Tracker = NewTracker(Restart)
-	}
-	if cfg.SeriesTTL <= 0 {
-		cfg.SeriesTTL = DefaultSeriesTTL
-	}
-	for _, p := range cfg.Publishers {
-		if p.Publisher == nil || p.Name == "" {
-			return nil, errors.New("schedule: every publisher needs a name and a Publisher")
-		}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("schedule: invalid configuration: %w", err)
 	}
 	d := cfg.Granularity.Duration()
 	settle := (cfg.SettleWindow + d - 1) / d * d

@@ -73,15 +73,18 @@ const (
 type Options struct {
 	// Resource identifies the exporter (see NewResource).
 	Resource *resource.Resource
-	// QueueSize bounds the exports waiting (each up to MaxPoints points).
+	// QueueSize bounds the exports waiting, each up to MaxPoints points
+	// (default DefaultQueueSize).
 	QueueSize int
 	// MaxPoints bounds the data points of one export request (default
-	// 10000, well under the 4 MiB gRPC message limit of collectors).
+	// DefaultMaxPoints, well under the 4 MiB gRPC message limit of
+	// collectors).
 	MaxPoints int
-	// ExportTimeout bounds one export attempt.
+	// ExportTimeout bounds one export attempt (default DefaultExportTimeout).
 	ExportTimeout time.Duration
 	// InitialBackoff and MaxBackoff shape the retry delays; an export
-	// still failing after MaxRetryElapsed is dropped and counted.
+	// still failing after MaxRetryElapsed is dropped and counted (defaults
+	// DefaultInitialBackoff, DefaultMaxBackoff, DefaultMaxRetryElapsed).
 	InitialBackoff, MaxBackoff, MaxRetryElapsed time.Duration
 	// Prefix starts every metric name (default DefaultPrefix).
 	Prefix string
@@ -118,41 +121,67 @@ type export struct {
 	points int
 }
 
-// New starts a Sink exporting with exp.
-func New(exp Exporter, opts Options) (*Sink, error) {
-	if opts.Resource == nil {
-		opts.Resource = resource.Empty()
+// withDefaults returns o with every unset field set to its default.
+func (o Options) withDefaults() Options {
+	if o.Resource == nil {
+		o.Resource = resource.Empty()
 	}
-	if opts.QueueSize <= 0 {
-		opts.QueueSize = DefaultQueueSize
+	if o.QueueSize == 0 {
+		o.QueueSize = DefaultQueueSize
 	}
-	if opts.MaxPoints <= 0 {
-		opts.MaxPoints = DefaultMaxPoints
+	if o.MaxPoints == 0 {
+		o.MaxPoints = DefaultMaxPoints
 	}
-	if opts.ExportTimeout <= 0 {
-		opts.ExportTimeout = DefaultExportTimeout
+	if o.ExportTimeout == 0 {
+		o.ExportTimeout = DefaultExportTimeout
 	}
-	if opts.InitialBackoff <= 0 {
-		opts.InitialBackoff = DefaultInitialBackoff
+	if o.InitialBackoff == 0 {
+		o.InitialBackoff = DefaultInitialBackoff
 	}
-	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = DefaultMaxBackoff
+	if o.MaxBackoff == 0 {
+		o.MaxBackoff = DefaultMaxBackoff
 	}
-	if opts.MaxRetryElapsed <= 0 {
-		opts.MaxRetryElapsed = DefaultMaxRetryElapsed
+	if o.MaxRetryElapsed == 0 {
+		o.MaxRetryElapsed = DefaultMaxRetryElapsed
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
 	}
-	switch opts.Temporality {
-	case 0:
-		opts.Temporality = metricdata.CumulativeTemporality
+	if o.Temporality == 0 {
+		o.Temporality = metricdata.CumulativeTemporality
+	}
+	return o
+}
+
+// validate reports every setting of o (with defaults applied) that cannot
+// work.
+func (o Options) validate() error {
+	var errs []error
+	if o.QueueSize < 0 || o.MaxPoints < 0 {
+		errs = append(errs, fmt.Errorf("QueueSize %d and MaxPoints %d: must be positive", o.QueueSize, o.MaxPoints))
+	}
+	if o.ExportTimeout < 0 || o.MaxRetryElapsed < 0 {
+		errs = append(errs, fmt.Errorf("ExportTimeout %s and MaxRetryElapsed %s: must be positive", o.ExportTimeout, o.MaxRetryElapsed))
+	}
+	if o.InitialBackoff < 0 || o.MaxBackoff < o.InitialBackoff {
+		errs = append(errs, fmt.Errorf("backoff from %s to %s: want 0 < InitialBackoff <= MaxBackoff", o.InitialBackoff, o.MaxBackoff))
+	}
+	switch o.Temporality {
 	case metricdata.CumulativeTemporality, metricdata.DeltaTemporality:
 	default:
-		return nil, fmt.Errorf("otlp sink: temporality %v: want cumulative or delta", opts.Temporality)
+		errs = append(errs, fmt.Errorf("temporality %v: want cumulative or delta", o.Temporality))
+	}
+	return errors.Join(errs...)
+}
+
+// New starts a Sink exporting with exp.
+func New(exp Exporter, opts Options) (*Sink, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("otlp sink: invalid options: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sink{

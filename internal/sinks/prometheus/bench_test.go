@@ -223,7 +223,7 @@ func BenchmarkScrape(b *testing.B) {
 			sets := labelSets(shape.ds, (size.n+perSet-1)/perSet)
 			b.Run(shape.name+"/"+size.name+"/edgepipe", func(b *testing.B) {
 				before := heapInuse()
-				c := NewCollector(Options{})
+				c := newCollector(b, Options{})
 				fill(c, shape.ds, sets)
 				after := heapInuse()
 				benchScrape(b, textScrape(c), before, after)
@@ -279,7 +279,7 @@ func BenchmarkScrapeRatio(b *testing.B) {
 		}{{"100k", 100_000}, {"1M", 1_000_000}} {
 			b.Run(shape.name+"/"+size.name, func(b *testing.B) {
 				sets := labelSets(shape.ds, (size.n+perSet-1)/perSet)
-				c := NewCollector(Options{})
+				c := newCollector(b, Options{})
 				fill(c, shape.ds, sets)
 				ours := textScrape(c)
 				reg := prometheus.NewRegistry()

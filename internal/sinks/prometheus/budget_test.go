@@ -21,7 +21,7 @@ import (
 // self-metrics and the log, lint-clean.
 func TestSeriesBudget(t *testing.T) {
 	var logs bytes.Buffer
-	c := NewCollector(Options{MaxSeries: 11, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	c := newCollector(t, Options{MaxSeries: 11, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	reg := textGatherer{c}
 	ctx := context.Background()
 	errs := &metricsapi.Dataset{Name: "edge_errors", Dimensions: edgeDataset.Dimensions,
@@ -92,7 +92,7 @@ func TestSeriesBudget(t *testing.T) {
 // TestSeriesBudgetAccounting: what the budget holds follows label sets
 // created, widened by new metrics, reset by new labels and swept by the TTL.
 func TestSeriesBudgetAccounting(t *testing.T) {
-	c := NewCollector(Options{SeriesTTL: time.Hour})
+	c := newCollector(t, Options{SeriesTTL: time.Hour})
 	ctx := context.Background()
 	held := func() int64 {
 		c.budget.mu.Lock()

@@ -25,15 +25,19 @@ package prometheus
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unique"
 
 	"github.com/edgepipe/edgepipe/internal/schedule"
+	"github.com/prometheus/common/model"
 )
 
 // Defaults of Options.
@@ -111,25 +115,50 @@ type datasetState struct {
 	lastWarn time.Time
 }
 
+// withDefaults returns o with every unset field set to its default.
+func (o Options) withDefaults() Options {
+	if o.SeriesTTL == 0 {
+		o.SeriesTTL = DefaultSeriesTTL
+	}
+	if o.GaugeMaxAge == 0 {
+		o.GaugeMaxAge = DefaultGaugeMaxAge
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// validate reports every setting of o (with defaults applied) that cannot
+// work.
+func (o Options) validate() error {
+	var errs []error
+	if o.SeriesTTL < 0 || o.GaugeMaxAge < 0 {
+		errs = append(errs, fmt.Errorf("SeriesTTL %s and GaugeMaxAge %s: must be positive", o.SeriesTTL, o.GaugeMaxAge))
+	}
+	if o.MaxSeries < 0 {
+		errs = append(errs, fmt.Errorf("MaxSeries %d: must not be negative", o.MaxSeries))
+	}
+	if !model.LegacyValidation.IsValidMetricName(o.Prefix) || strings.Contains(o.Prefix, ":") {
+		errs = append(errs, fmt.Errorf("prefix %q: want letters, digits and underscores, not starting with a digit", o.Prefix))
+	}
+	return errors.Join(errs...)
+}
+
 // NewCollector returns an empty Collector.
-func NewCollector(opts Options) *Collector {
-	if opts.SeriesTTL <= 0 {
-		opts.SeriesTTL = DefaultSeriesTTL
-	}
-	if opts.GaugeMaxAge <= 0 {
-		opts.GaugeMaxAge = DefaultGaugeMaxAge
-	}
-	if opts.Prefix == "" {
-		opts.Prefix = DefaultPrefix
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
+func NewCollector(opts Options) (*Collector, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("prometheus sink: invalid options: %w", err)
 	}
 	return &Collector{
 		opts:     opts,
 		budget:   newSeriesBudget(opts.MaxSeries, opts.Logger),
 		datasets: make(map[string]*datasetState),
-	}
+	}, nil
 }
 
 // SetEnvironments drops the series of every environment not in ids.

@@ -111,7 +111,7 @@ func TestName(t *testing.T) {
 }
 
 func TestCountersGaugesAndRevisions(t *testing.T) {
-	c := NewCollector(Options{})
+	c := newCollector(t, Options{})
 	reg := textGatherer{c}
 	ctx := context.Background()
 	c.Publish(ctx, withTotals(batch(
@@ -155,7 +155,7 @@ func TestCountersGaugesAndRevisions(t *testing.T) {
 	}
 	// A restart restores the counters from the totals alone (a series with
 	// no bucket in the first poll after the restart included).
-	c2 := NewCollector(Options{})
+	c2 := newCollector(t, Options{})
 	reg2 := textGatherer{c2}
 	c2.Publish(ctx, withTotals(batch(), total("e1", "us", 1, 160), total("e1", "de", 1, 7)))
 	got2 := values(t, reg2)
@@ -190,7 +190,7 @@ func mustGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
 }
 
 func TestEnvironmentsAndStaleness(t *testing.T) {
-	c := NewCollector(Options{SeriesTTL: time.Hour, GaugeMaxAge: 15 * time.Minute})
+	c := newCollector(t, Options{SeriesTTL: time.Hour, GaugeMaxAge: 15 * time.Minute})
 	reg := textGatherer{c}
 	ctx := context.Background()
 	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1), upd("e2", "us", 0, nil, 2, 0.5, 8, 1, 1), upd("e1", "fr", 0, nil, 3, 0.5, 8, 1, 1)),
@@ -330,7 +330,7 @@ func TestSelfMetricsFailuresAreVisible(t *testing.T) {
 // TestHashCollision forces two label sets onto one hash: the second lives in
 // the collision map, both keep their own values, and removal finds both.
 func TestHashCollision(t *testing.T) {
-	c := NewCollector(Options{})
+	c := newCollector(t, Options{})
 	ctx := context.Background()
 	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1)), total("e1", "us", 0, 1)))
 	d := c.datasets["edge_usage_by_country"]
@@ -352,4 +352,14 @@ func TestHashCollision(t *testing.T) {
 	if n := c.Series(); n != 0 || len(d.collide) != 0 {
 		t.Fatalf("%d series, %d collisions left after every environment vanished", n, len(d.collide))
 	}
+}
+
+// newCollector is NewCollector for options the test expects to be valid.
+func newCollector(tb testing.TB, opts Options) *Collector {
+	tb.Helper()
+	c, err := NewCollector(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }

@@ -91,7 +91,7 @@ func sortedLines(b []byte) []string {
 // need escaping, percentiles, hidden gauges, values that are missing, and a
 // metric of more label sets than one chunk.
 func TestWriteTextMatchesClientGolang(t *testing.T) {
-	c := NewCollector(Options{})
+	c := newCollector(t, Options{})
 	ctx := context.Background()
 	odd := `quo"te\back` + "\nslash"
 	c.Publish(ctx, withTotals(batch(
@@ -147,7 +147,7 @@ func TestWriteTextMatchesClientGolang(t *testing.T) {
 // TestHandler: /metrics serves the registry's metrics and the collector's
 // series, gzipped when asked, lint-clean and parseable.
 func TestHandler(t *testing.T) {
-	c := NewCollector(Options{MaxSeries: 1000})
+	c := newCollector(t, Options{MaxSeries: 1000})
 	c.Publish(context.Background(), withTotals(batch(upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40)), total("e1", "us", 0, 100)))
 	reg := prometheus.NewPedanticRegistry()
 	if _, err := NewSelfMetrics(reg, BuildInfo{Version: "v1"}, nil); err != nil {
@@ -216,7 +216,7 @@ func TestHandler(t *testing.T) {
 // revisions, a new metric, vanished environments) arrive: every scrape
 // parses, and (under -race) nothing races.
 func TestWriteTextWhilePublishing(t *testing.T) {
-	c := NewCollector(Options{MaxSeries: 2000})
+	c := newCollector(t, Options{MaxSeries: 2000})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -47,15 +47,16 @@ type SinkConfig struct {
 	// replicas of its shard have the rows (insert_quorum).
 	InsertQuorum int
 	// MaxBackfill bounds how far back Resume lets the scheduler go
-	// (default 24h).
+	// (default DefaultMaxBackfill).
 	MaxBackfill time.Duration
-	// QueueRows bounds the rows waiting to be written (default 1,000,000).
+	// QueueRows bounds the rows waiting to be written (default
+	// DefaultQueueRows).
 	// A batch that does not fit is dropped, counted and logged.
 	QueueRows int
-	// InsertTimeout bounds one INSERT (default 60s).
+	// InsertTimeout bounds one INSERT (default DefaultInsertTimeout).
 	InsertTimeout time.Duration
 	// RetryMax is the longest wait between retries while ClickHouse is down
-	// (default 30s; the first wait is 250ms).
+	// (default DefaultRetryMax; the first wait is 250ms).
 	RetryMax time.Duration
 	// Logger receives the sink's logs (default slog.Default()).
 	Logger *slog.Logger
@@ -114,32 +115,69 @@ type tableState struct {
 	checked  time.Time
 }
 
+// Defaults of SinkConfig.
+const (
+	DefaultMaxBackfill   = 24 * time.Hour
+	DefaultQueueRows     = 1_000_000
+	DefaultInsertTimeout = 60 * time.Second
+	DefaultRetryMax      = 30 * time.Second
+)
+
+// withDefaults returns c with every unset field set to its default.
+func (c SinkConfig) withDefaults() SinkConfig {
+	if c.MaxBackfill == 0 {
+		c.MaxBackfill = DefaultMaxBackfill
+	}
+	if c.QueueRows == 0 {
+		c.QueueRows = DefaultQueueRows
+	}
+	if c.InsertTimeout == 0 {
+		c.InsertTimeout = DefaultInsertTimeout
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = DefaultRetryMax
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// validate reports every setting of c (with defaults applied) that cannot
+// work.
+func (c SinkConfig) validate() error {
+	var errs []error
+	if c.DSN == "" {
+		errs = append(errs, errors.New("no DSN"))
+	} else if _, err := parseDSN(c.DSN); err != nil {
+		errs = append(errs, err)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Retention", c.Retention}, {"MaxBackfill", c.MaxBackfill}, {"InsertTimeout", c.InsertTimeout}, {"RetryMax", c.RetryMax}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must not be negative", d.name, d.v))
+		}
+	}
+	if c.QueueRows < 0 {
+		errs = append(errs, fmt.Errorf("QueueRows %d: must be positive", c.QueueRows))
+	}
+	if c.InsertQuorum < 0 {
+		errs = append(errs, fmt.Errorf("InsertQuorum %d: must not be negative", c.InsertQuorum))
+	}
+	return errors.Join(errs...)
+}
+
 // NewSink validates cfg and returns a sink that is not connected yet; Start
 // begins writing.
 func NewSink(cfg SinkConfig) (*Sink, error) {
-	if cfg.DSN == "" {
-		return nil, errors.New("clickhouse sink: no DSN")
-	}
-	if _, err := parseDSN(cfg.DSN); err != nil {
-		return nil, err
-	}
-	if cfg.MaxBackfill <= 0 {
-		cfg.MaxBackfill = 24 * time.Hour
-	}
-	if cfg.QueueRows <= 0 {
-		cfg.QueueRows = 1_000_000
-	}
-	if cfg.InsertTimeout <= 0 {
-		cfg.InsertTimeout = 60 * time.Second
-	}
-	if cfg.RetryMax <= 0 {
-		cfg.RetryMax = 30 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("clickhouse sink: invalid configuration: %w", err)
 	}
 	m, err := newSinkMetrics(cfg.Registerer, cfg.QueueRows)
 	if err != nil {
