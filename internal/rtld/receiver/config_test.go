@@ -1,0 +1,75 @@
+package receiver
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/rtld"
+)
+
+func TestConfigWithDefaults(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name                 string
+		in                   Config
+		grace, save          time.Duration
+		logger               *slog.Logger
+		maxBody, maxInFlight int64
+	}{
+		{"zero takes every default", Config{}, DefaultGapGrace, DefaultGapSaveInterval, slog.Default(), rtld.DefaultMaxBodyBytes, rtld.DefaultMaxInFlight},
+		{"set values are kept", Config{GapGrace: time.Minute, GapSaveInterval: time.Second, Logger: log,
+			Ingest: rtld.IngestConfig{MaxBodyBytes: 1 << 20, MaxInFlight: 3}}, time.Minute, time.Second, log, 1 << 20, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.in.withDefaults()
+			if got.GapGrace != tc.grace || got.GapSaveInterval != tc.save || got.Logger != tc.logger ||
+				got.Ingest.MaxBodyBytes != tc.maxBody || int64(got.Ingest.MaxInFlight) != tc.maxInFlight {
+				t.Errorf("got grace %s, save %s, logger %p, ingest %+v", got.GapGrace, got.GapSaveInterval, got.Logger, got.Ingest)
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mut  func(*Config)
+		want []string
+	}{
+		{"valid", func(*Config) {}, nil},
+		{"no spool directory", func(c *Config) { c.SpoolDir = "" }, []string{"no spool directory"}},
+		{"negative gap settings", func(c *Config) { c.GapGrace, c.GapSaveInterval = -time.Minute, -time.Second }, []string{"GapGrace -1m0s", "GapSaveInterval -1s"}},
+		{"an ingest problem is named as such", func(c *Config) { c.Ingest.MaxInFlight = -1 }, []string{"ingest: MaxInFlight -1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Config{SpoolDir: t.TempDir()}
+			tc.mut(&c)
+			checkErr(t, c.withDefaults().validate(), tc.want)
+		})
+	}
+	if _, err := New(Config{SpoolDir: t.TempDir(), GapGrace: -time.Second}); err == nil || !strings.Contains(err.Error(), "invalid configuration") {
+		t.Errorf("New with a negative GapGrace: %v", err)
+	}
+}
+
+// checkErr fails unless err contains every string of want (want empty: err
+// is nil).
+func checkErr(t *testing.T, err error, want []string) {
+	t.Helper()
+	if len(want) == 0 {
+		if err != nil {
+			t.Errorf("unexpected error: %v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("no error, want one mentioning %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package spool
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestOptionsWithDefaults(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name    string
+		in      Options
+		segment int64
+		logger  *slog.Logger
+	}{
+		{"zero: default segment size and logger", Options{}, DefaultSegmentBytes, slog.Default()},
+		{"the segment size follows the bound", Options{MaxBytes: 64 << 20}, 4 << 20, slog.Default()},
+		{"set values are kept", Options{MaxBytes: 64 << 20, SegmentBytes: 3 << 20, Logger: log}, 3 << 20, log},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.in.withDefaults()
+			if got.SegmentBytes != tc.segment || got.Logger != tc.logger || got.MaxBytes != tc.in.MaxBytes {
+				t.Errorf("got segment %d, logger %p, max %d", got.SegmentBytes, got.Logger, got.MaxBytes)
+			}
+		})
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want []string
+	}{
+		{"unbounded", Options{Dir: "d"}, nil},
+		{"bound with room for two segments", Options{Dir: "d", MaxBytes: MinMaxBytes(1<<20, 1<<20), SegmentBytes: 1 << 20, MaxEntryBytes: 1 << 20}, nil},
+		{"bound without room for two segments", Options{Dir: "d", MaxBytes: MinMaxBytes(1<<20, 1<<20) - 1, SegmentBytes: 1 << 20, MaxEntryBytes: 1 << 20}, []string{"cannot work"}},
+		{"no directory", Options{}, []string{"no directory"}},
+		{"negative sizes", Options{Dir: "d", MaxBytes: -1, MaxEntryBytes: -2}, []string{"MaxBytes -1", "MaxEntryBytes -2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkErr(t, tc.o.withDefaults().validate(), tc.want)
+		})
+	}
+}
+
+// checkErr fails unless err contains every string of want (want empty: err
+// is nil).
+func checkErr(t *testing.T, err error, want []string) {
+	t.Helper()
+	if len(want) == 0 {
+		if err != nil {
+			t.Errorf("unexpected error: %v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("no error, want one mentioning %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+}

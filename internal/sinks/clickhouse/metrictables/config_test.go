@@ -1,0 +1,72 @@
+package metrictables
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSinkConfigWithDefaults(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name                              string
+		in                                SinkConfig
+		backfill, insertTimeout, retryMax time.Duration
+		queueRows                         int
+		logger                            *slog.Logger
+	}{
+		{"zero takes every default", SinkConfig{}, DefaultMaxBackfill, DefaultInsertTimeout, DefaultRetryMax, DefaultQueueRows, slog.Default()},
+		{"set values are kept", SinkConfig{MaxBackfill: time.Hour, InsertTimeout: time.Second, RetryMax: time.Minute, QueueRows: 10, Logger: log},
+			time.Hour, time.Second, time.Minute, 10, log},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.in.withDefaults()
+			if got.MaxBackfill != tc.backfill || got.InsertTimeout != tc.insertTimeout || got.RetryMax != tc.retryMax ||
+				got.QueueRows != tc.queueRows || got.Logger != tc.logger || got.Now == nil {
+				t.Errorf("got %+v", got)
+			}
+		})
+	}
+}
+
+func TestSinkConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    SinkConfig
+		want []string
+	}{
+		{"valid", SinkConfig{DSN: "clickhouse://127.0.0.1:9000/cdn"}, nil},
+		{"no DSN", SinkConfig{}, []string{"no DSN"}},
+		{"not a ClickHouse DSN", SinkConfig{DSN: "http://h:8123/cdn"}, []string{"want clickhouse://host:9000/database"}},
+		{"negative settings", SinkConfig{DSN: "clickhouse://h/cdn", Retention: -time.Hour, QueueRows: -1, InsertQuorum: -2},
+			[]string{"Retention -1h0m0s", "QueueRows -1", "InsertQuorum -2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkErr(t, tc.c.withDefaults().validate(), tc.want)
+		})
+	}
+	if _, err := NewSink(SinkConfig{}); err == nil || !strings.Contains(err.Error(), "invalid configuration: no DSN") {
+		t.Errorf("NewSink without a DSN: %v", err)
+	}
+}
+
+// checkErr fails unless err contains every string of want (want empty: err
+// is nil).
+func checkErr(t *testing.T, err error, want []string) {
+	t.Helper()
+	if len(want) == 0 {
+		if err != nil {
+			t.Errorf("unexpected error: %v", err)
+		}
+		return
+	}
+	if err == nil {
+		t.Fatalf("no error, want one mentioning %q", want)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+}
