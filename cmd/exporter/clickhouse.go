@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -87,7 +88,7 @@ func (f *clickhouseFlags) newSink(h *host, reg prometheus.Registerer) (*metricta
 		return nil, fmt.Errorf("--clickhouse.queue-rows must be positive, got %d", f.queueRows)
 	}
 	if f.retention < 0 || f.maxBackfill < 0 {
-		return nil, fmt.Errorf("--clickhouse.retention and --clickhouse.max-backfill must not be negative")
+		return nil, errors.New("--clickhouse.retention and --clickhouse.max-backfill must not be negative")
 	}
 	if f.insertQuorum < 0 || (f.insertQuorum > 1 && f.cluster == "") {
 		return nil, fmt.Errorf("--clickhouse.insert-quorum %d: want 0 or more, and above 1 only with --clickhouse.cluster (a quorum counts replicas)", f.insertQuorum)

@@ -93,7 +93,7 @@ func TestClickHouseFlags(t *testing.T) {
 			if _, err := app.Parse(tc.args); err != nil {
 				t.Fatal(err)
 			}
-			sink, err := f.newSink(&host{log: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil)
+			sink, err := f.newSink(&host{log: slog.New(slog.DiscardHandler)}, nil)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)

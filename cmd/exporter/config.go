@@ -184,7 +184,7 @@ func newHost(c *commonFlags, log *slog.Logger) (*host, error) {
 // flags. Under --simulate it first starts the simulator on 127.0.0.1:0 and
 // points the flags at it with the demo credentials, serving the demo
 // organization unless environments or organizations were given.
-func (h *host) clients(ctx context.Context) (*apiClients, error) {
+func (h *host) clients(_ context.Context) (*apiClients, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.built != nil {

@@ -43,7 +43,7 @@ func TestFlags(t *testing.T) {
 		wantErr string
 		check   func(*testing.T, *commonFlags, *runFlags)
 	}{
-		{name: "simulate needs nothing", args: []string{"--simulate"}, check: func(t *testing.T, c *commonFlags, rf *runFlags) {
+		{name: "simulate needs nothing", args: []string{"--simulate"}, check: func(t *testing.T, _ *commonFlags, rf *runFlags) {
 			if rf.pollInterval != time.Minute || rf.settleWindow != 0 || (*rf.web.WebListenAddresses)[0] != ":9780" {
 				t.Errorf("defaults: poll %v settle %v listen %v", rf.pollInterval, rf.settleWindow, *rf.web.WebListenAddresses)
 			}

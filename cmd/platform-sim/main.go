@@ -12,6 +12,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -154,7 +155,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("shutdown: %w", err)
 		}
 	case <-time.After(15 * time.Second):
-		return fmt.Errorf("shutdown: timed out")
+		return errors.New("shutdown: timed out")
 	}
 	log.Info("stopped")
 	return nil

@@ -72,7 +72,7 @@ func TestServeAndShutdown(t *testing.T) {
 			}
 			err = json.NewDecoder(resp.Body).Decode(&tok)
 			resp.Body.Close()
-			if err != nil || resp.StatusCode != 200 {
+			if err != nil || resp.StatusCode != http.StatusOK {
 				t.Fatalf("token: %d %v", resp.StatusCode, err)
 			}
 			if tc.secret != "" {
@@ -84,7 +84,7 @@ func TestServeAndShutdown(t *testing.T) {
 					t.Fatal(err)
 				}
 				r.Body.Close()
-				if r.StatusCode != 401 {
+				if r.StatusCode != http.StatusUnauthorized {
 					t.Fatalf("documented secret still accepted after override: %d", r.StatusCode)
 				}
 			}
@@ -95,7 +95,7 @@ func TestServeAndShutdown(t *testing.T) {
 				t.Fatal(err)
 			}
 			r.Body.Close()
-			if r.StatusCode != 200 {
+			if r.StatusCode != http.StatusOK {
 				t.Fatalf("datasets: %d", r.StatusCode)
 			}
 			cancel()

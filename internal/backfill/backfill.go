@@ -297,7 +297,6 @@ func loadChunk(ctx context.Context, cfg Config, c Chunk, log *slog.Logger) (n in
 		}
 		b.Updates = append(b.Updates, schedule.Update{Row: rows[i]})
 	}
-	rows = nil
 	complete = left == 0 && probs.InvalidRows() == 0
 	if !probs.Empty() {
 		log.Warn("backfill: the platform sent values that are not numbers or malformed rows",

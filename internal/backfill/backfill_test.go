@@ -3,7 +3,6 @@ package backfill_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -28,7 +27,7 @@ func testLogger() *slog.Logger {
 	if os.Getenv("EDGEPIPE_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
 
 type fixture struct {

@@ -40,7 +40,7 @@ func (r *barReporter) Start(total, already int) {
 	}
 }
 
-func (r *barReporter) Chunk(c Chunk, rows int) {
+func (r *barReporter) Chunk(c Chunk, _ int) {
 	r.bar.Describe(fmt.Sprintf("%s %s", c.Request.Dataset, c.Request.Start.UTC().Format("2006-01-02 15:04")))
 	_ = r.bar.Add(1)
 }

@@ -477,7 +477,11 @@ func TestChartAlertRunbooks(t *testing.T) {
 			t.Errorf("README link to #%s: no such heading", l[1])
 		}
 	}
-	section := readme[strings.Index(readme, "\n## Runbooks\n"):]
+	start := strings.Index(readme, "\n## Runbooks\n")
+	if start < 0 {
+		t.Fatal("the chart README has no Runbooks section")
+	}
+	section := readme[start:]
 	if i := strings.Index(section[1:], "\n## "); i >= 0 {
 		section = section[:i+1]
 	}

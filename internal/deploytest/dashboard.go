@@ -2,6 +2,7 @@ package deploytest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -160,7 +161,7 @@ func (d Dashboard) Variable(name string) (Variable, bool) {
 // plugin type (its query).
 func (d Dashboard) datasourceType(ref *DatasourceRef) (string, error) {
 	if ref == nil {
-		return "", fmt.Errorf("no datasource")
+		return "", errors.New("no datasource")
 	}
 	if name, ok := variableReference(ref.UID); ok {
 		v, found := d.Variable(name)

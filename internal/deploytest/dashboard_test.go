@@ -91,8 +91,13 @@ func TestDashboardsWellFormed(t *testing.T) {
 			// Panel geometry from the raw JSON (not part of the model).
 			var geo struct {
 				Panels []struct {
-					Title   string                   `json:"title"`
-					GridPos struct{ X, Y, W, H int } `json:"gridPos"`
+					Title   string `json:"title"`
+					GridPos struct {
+						X int `json:"x"`
+						Y int `json:"y"`
+						W int `json:"w"`
+						H int `json:"h"`
+					} `json:"gridPos"`
 				} `json:"panels"`
 			}
 			if err := json.Unmarshal(raw, &geo); err != nil {

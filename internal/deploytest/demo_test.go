@@ -255,7 +255,11 @@ func TestMakeDemo(t *testing.T) {
 		}
 
 		// The queries the demo prints return data; records arrive.
-		queries := regexp.MustCompile(`(?m)^    (\S.*)$`).FindAllStringSubmatch(out[strings.Index(out, "Queries to try"):], -1)
+		at := strings.Index(out, "Queries to try")
+		if at < 0 {
+			t.Fatalf("the demo prints no queries:\n%s", out)
+		}
+		queries := regexp.MustCompile(`(?m)^    (\S.*)$`).FindAllStringSubmatch(out[at:], -1)
 		if len(queries) != 3 {
 			t.Fatalf("the demo prints %d queries, want 3:\n%s", len(queries), out)
 		}
@@ -271,7 +275,7 @@ func TestMakeDemo(t *testing.T) {
 				return nil
 			})
 		}
-		waitFor(t, 60*time.Second, func(ctx context.Context) error {
+		waitFor(t, 60*time.Second, func(_ context.Context) error {
 			q := `sum(rate(edgepipe_rtld_records_received_total{status="accepted"}[1m])) > 0`
 			if vec := queryVector(t, prom, q); len(vec) == 0 {
 				return fmt.Errorf("no records accepted yet (%s)", q)

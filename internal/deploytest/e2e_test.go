@@ -246,8 +246,8 @@ func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.Prom
 				t.Fatalf("%s: %v", q.Where, err)
 			}
 			var vals []string
-			switch {
-			case q.Language == ClickHouseSQL:
+			switch q.Language {
+			case ClickHouseSQL:
 				vals, err = sqlFirstColumn(conn, text)
 			default:
 				vals, err = promLabelValues(prom.API(), text, base)

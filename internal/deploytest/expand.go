@@ -1,6 +1,7 @@
 package deploytest
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -231,8 +232,8 @@ func clickHouseMacros(s string, v Values) (string, error) {
 		name string
 		fn   func(args []string) (string, error)
 	}{
-		{"$__timeFilter_ms", func(a []string) (string, error) {
-			return "", fmt.Errorf("$__timeFilter_ms needs DateTime64 (ClickHouse >= 20.1): use $__timeFilter")
+		{"$__timeFilter_ms", func(_ []string) (string, error) {
+			return "", errors.New("$__timeFilter_ms needs DateTime64 (ClickHouse >= 20.1): use $__timeFilter")
 		}},
 		{"$__timeFilter", func(a []string) (string, error) {
 			if len(a) != 1 {
@@ -248,8 +249,8 @@ func clickHouseMacros(s string, v Values) (string, error) {
 			c := strings.TrimSpace(a[0])
 			return fmt.Sprintf("%s >= toDate('%s') AND %s <= toDate('%s')", c, v.From.UTC().Format(time.DateOnly), c, v.To.UTC().Format(time.DateOnly)), nil
 		}},
-		{"$__timeInterval_ms", func(a []string) (string, error) {
-			return "", fmt.Errorf("$__timeInterval_ms needs DateTime64 (ClickHouse >= 20.1)")
+		{"$__timeInterval_ms", func(_ []string) (string, error) {
+			return "", errors.New("$__timeInterval_ms needs DateTime64 (ClickHouse >= 20.1)")
 		}},
 		{"$__timeInterval", func(a []string) (string, error) {
 			if len(a) != 1 {
@@ -310,9 +311,10 @@ func splitArgs(s string) ([]string, int, error) {
 		c := s[i]
 		switch {
 		case quote != 0:
-			if c == '\\' {
+			switch c {
+			case '\\':
 				i++
-			} else if c == quote {
+			case quote:
 				quote = 0
 			}
 		case c == '\'' || c == '"' || c == '`':

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,7 @@ type fakeAPI struct {
 	maxInFlight atomic.Int32
 }
 
-func (f *fakeAPI) Do(ctx context.Context, method, path string, query url.Values, in, out any) error {
+func (f *fakeAPI) Do(ctx context.Context, method, path string, _ url.Values, in, out any) error {
 	switch {
 	case method == http.MethodGet && path == "/datasets":
 		var items []Dataset
@@ -97,7 +98,7 @@ func (f *fakeAPI) answer(b Body) map[string]any {
 		for _, e := range b.Filters[DimensionEnvironment] {
 			var row []any
 			for i := range b.Metrics {
-				row = append(row, fmt.Sprint(i+1)) // numeric strings
+				row = append(row, strconv.Itoa(i+1)) // numeric strings
 			}
 			for i := len(b.Dimensions) - 1; i >= 0; i-- {
 				switch b.Dimensions[i] {
@@ -225,7 +226,7 @@ func TestDataFailsWholeQueryAndStopsTheRest(t *testing.T) {
 	boom := errors.New("boom")
 	f := &fakeAPI{
 		datasets: map[string]Dataset{"edge_usage_by_country": testDataset()},
-		fail: func(n int, b Body) error {
+		fail: func(n int, _ Body) error {
 			if n == 2 {
 				return boom
 			}

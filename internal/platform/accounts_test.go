@@ -11,7 +11,7 @@ import (
 // listHandler serves n items at path in pages, with the envelope parts
 // selected by style: "total" (total_items only), "links" (@links only),
 // "both", or "bare" (items only). It records the page sizes asked for.
-func listHandler(t *testing.T, path string, n int, style string, sizes *[]int) func(http.ResponseWriter, *http.Request, int) {
+func listHandler(_ *testing.T, path string, n int, style string, sizes *[]int) func(http.ResponseWriter, *http.Request, int) {
 	return func(w http.ResponseWriter, r *http.Request, _ int) {
 		if r.URL.Path != path {
 			writeJSON(w, http.StatusNotFound, map[string]any{"title": "Not Found"})
@@ -106,10 +106,10 @@ func TestEnvironmentsPagination(t *testing.T) {
 }
 
 func TestListServerIgnoringPage(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
 		items := make([]map[string]any, 100)
 		for i := range items {
-			items[i] = map[string]any{"id": fmt.Sprint(i)}
+			items[i] = map[string]any{"id": strconv.Itoa(i)}
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"items": items, "total_items": 1000})
 	})
@@ -124,7 +124,7 @@ func TestListServerIgnoringPage(t *testing.T) {
 }
 
 func TestGetOne(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		switch r.URL.Path {
 		case "/accounts/v0.1/environments/env-1":
 			writeJSON(w, http.StatusOK, map[string]any{"id": "env-1", "property_id": "p", "name": "production",

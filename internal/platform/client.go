@@ -454,7 +454,7 @@ func (s *Service) Do(ctx context.Context, method, path string, query url.Values,
 	if errors.As(err, &ra) {
 		err = ra.err
 	}
-	if last != nil && err != last && !errors.Is(err, last) {
+	if last != nil && !errors.Is(err, last) {
 		// The context ended while waiting to retry: keep the reason for
 		// the retries too.
 		return fail(fmt.Errorf("%w (after %d attempts; last error: %w)", err, attempts, last))

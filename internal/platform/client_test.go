@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -93,7 +94,7 @@ func TestServiceURLsAndScopes(t *testing.T) {
 }
 
 func TestDoSendsJSONAndDecodes(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		if r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Accept") != "application/json" {
 			writeJSON(w, http.StatusBadRequest, map[string]any{"description": "headers"})
 			return
@@ -182,7 +183,7 @@ func TestUnauthorizedRefreshesOnceAndRetries(t *testing.T) {
 		}
 	})
 	t.Run("always 401", func(t *testing.T) {
-		f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		f := newFakeAPI(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
 			writeJSON(w, http.StatusUnauthorized, map[string]any{"code": "nope", "title": "Unauthorized"})
 		})
 		c := f.client(f.config())
@@ -218,7 +219,7 @@ func TestRetries(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
 				if n <= len(tt.statuses) {
-					writeJSON(w, tt.statuses[n-1], map[string]any{"code": fmt.Sprint(tt.statuses[n-1]), "description": "injected"})
+					writeJSON(w, tt.statuses[n-1], map[string]any{"code": strconv.Itoa(tt.statuses[n-1]), "description": "injected"})
 					return
 				}
 				okHandler(w, r, n)
@@ -285,7 +286,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 
 func TestRetryAfterBeyondBudgetEndsCall(t *testing.T) {
 	t.Parallel()
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
 		w.Header().Set("Retry-After", "3600")
 		writeJSON(w, http.StatusTooManyRequests, map[string]any{"title": "slow down"})
 	})
@@ -376,7 +377,7 @@ func TestAttemptTimeoutRetried(t *testing.T) {
 
 func TestContextCancelStopsRetries(t *testing.T) {
 	t.Parallel()
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
 		w.Header().Set("Retry-After", "5")
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"title": "down"})
 	})
@@ -496,7 +497,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 }
 
 func TestResponseSizeLimit(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
 		writeJSON(w, http.StatusOK, map[string]any{"pad": strings.Repeat("x", 4096)})
 	})
 	cfg := f.config()
@@ -619,7 +620,7 @@ func (d *dateRecorder) ObserveDate(date time.Time, rtt time.Duration) {
 // endpoint's answers and a missing or malformed Date do not.
 func TestDateObserverSeesAPIAnswers(t *testing.T) {
 	platformTime := time.Date(2026, 11, 23, 9, 20, 7, 0, time.UTC) // an hour behind this machine, say
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, _ *http.Request, n int) {
 		switch n {
 		case 1:
 			w.Header().Set("Date", platformTime.Format(http.TimeFormat))

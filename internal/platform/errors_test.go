@@ -113,7 +113,7 @@ func TestErrorHelpers(t *testing.T) {
 }
 
 func TestDoReturnsDecodedError(t *testing.T) {
-	f := newFakeAPI(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	f := newFakeAPI(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
 		writeJSON(w, http.StatusBadRequest, map[string]any{
 			"@type": "Error", "code": "bad_filter", "status_code": 400, "title": "Bad Request", "description": "invalid filter",
 			"details": []map[string]string{{"@type": "ErrorDetail", "source": "filters.environment_id", "description": "21 values, at most 20"}},

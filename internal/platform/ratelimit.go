@@ -28,7 +28,8 @@ type Limits struct {
 	Read, Write RateLimit
 }
 
-const fiveMinutes = 5 * time.Minute
+// specWindow is the window of the spec's rate limits.
+const specWindow = 5 * time.Minute
 
 // DefaultRateLimits returns the budgets of the spec's section 8 by service
 // name: accounts and config 2000 reads and 600 writes per 5 minutes, cache
@@ -38,8 +39,8 @@ const fiveMinutes = 5 * time.Minute
 // gets 2000 per 5 minutes for both classes. Services not listed get the
 // accounts budgets.
 func DefaultRateLimits() map[string]Limits {
-	reads := RateLimit{Requests: 2000, Per: fiveMinutes}
-	writes := RateLimit{Requests: 600, Per: fiveMinutes}
+	reads := RateLimit{Requests: 2000, Per: specWindow}
+	writes := RateLimit{Requests: 600, Per: specWindow}
 	return map[string]Limits{
 		ServiceAccounts: {Read: reads, Write: writes},
 		"config":        {Read: reads, Write: writes},
@@ -90,7 +91,7 @@ func (l RateLimit) limiter() *rate.Limiter {
 	}
 	per := l.Per
 	if per == 0 {
-		per = fiveMinutes
+		per = specWindow
 	}
 	n := l.Requests
 	if n == 0 {

@@ -303,10 +303,10 @@ func (s *Server) injectFault(w http.ResponseWriter, r *http.Request) bool {
 			return true
 		}
 	}
-	switch {
-	case status == 0:
+	switch status {
+	case 0:
 		return false
-	case status == http.StatusTooManyRequests:
+	case http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(f.RetryAfter.Seconds()))))
 		writeError(w, status, "rate_limited", "Too Many Requests", "Rate limit exceeded; retry after the Retry-After delay.")
 	default:

@@ -70,7 +70,7 @@ func newTestReceiver(t *testing.T, answer func(previous int) int) *testReceiver 
 	tr.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
-			http.Error(w, err.Error(), 400)
+			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		sum := sha256.Sum256(body)

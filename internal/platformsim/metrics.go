@@ -14,8 +14,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/go-chi/chi/v5"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
 )
 
 const metricsBase = "/metrics/v1"
@@ -29,7 +30,7 @@ func (s *Server) routeMetrics(r chi.Router) {
 	})
 }
 
-func (s *Server) handleDatasets(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleDatasets(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"@id":   metricsBase + "/datasets",
 		"@type": "Collection",
@@ -422,8 +423,8 @@ type group struct {
 	cell   cell
 }
 
-// buckets lists the bucket starts of g in [start, end) that have started at
-// at and are within retention.
+// buckets lists the bucket starts of g in [start, end) that have started by
+// the time at and are within retention.
 func buckets(g metricsapi.Granularity, start, end, at time.Time) []time.Time {
 	d := bucketOf(g)
 	first := truncate(g, start)

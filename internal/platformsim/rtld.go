@@ -86,7 +86,7 @@ func (s *Server) routeRTLD(r chi.Router) {
 	})
 }
 
-func writeFailure(w http.ResponseWriter, f *rtldFailure) {
+func writeFailure(w http.ResponseWriter, f *rtldError) {
 	details := make([]ErrorDetail, len(f.Details))
 	for i, d := range f.Details {
 		details[i] = detail(d.Source, d.Description)
@@ -108,7 +108,7 @@ type href struct {
 }
 
 // page parses limit (≥1, default 50) and offset (≥0, default 0).
-func rtldPage(q url.Values) (limit, offset int, f *rtldFailure) {
+func rtldPage(q url.Values) (limit, offset int, f *rtldError) {
 	limit, offset = limits.DefaultRTLDLimit, 0
 	var details []rtldDetail
 	if v := q.Get("limit"); v != "" {
@@ -173,11 +173,11 @@ func (s *Server) handleCloudRegions(w http.ResponseWriter, r *http.Request) {
 		writeFailure(w, f)
 		return
 	}
-	writeJSON(w, http.StatusOK, paginate(r, cloudRegions[:], limit, offset))
+	writeJSON(w, http.StatusOK, paginate(r, cloudRegions, limit, offset))
 }
 
 // queryEnvironment reads the required environment_id query parameter.
-func (s *Server) queryEnvironment(q url.Values) (string, *rtldFailure) {
+func (s *Server) queryEnvironment(q url.Values) (string, *rtldError) {
 	env := q.Get("environment_id")
 	switch {
 	case env == "":
@@ -211,10 +211,10 @@ func (s *Server) handleListProfiles(w http.ResponseWriter, r *http.Request) {
 }
 
 // readProfileBody reads and validates a create or update body.
-func (s *Server) readProfileBody(w http.ResponseWriter, r *http.Request) (rtldProfile, *rtldFailure) {
+func (s *Server) readProfileBody(w http.ResponseWriter, r *http.Request) (rtldProfile, *rtldError) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return rtldProfile{}, &rtldFailure{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
+			return rtldProfile{}, &rtldError{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type",
 				Title: "Unsupported Media Type", Description: fmt.Sprintf("Content-Type must be application/json (got %q)", ct)}
 		}
 	}
@@ -222,7 +222,7 @@ func (s *Server) readProfileBody(w http.ResponseWriter, r *http.Request) (rtldPr
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return rtldProfile{}, &rtldFailure{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large",
+			return rtldProfile{}, &rtldError{Status: http.StatusRequestEntityTooLarge, Code: "payload_too_large",
 				Title: "Payload Too Large", Description: fmt.Sprintf("request body exceeds %d bytes", maxProfileBodySize)}
 		}
 		return rtldProfile{}, badRequest("reading request body: "+err.Error(), rtldDetail{"body", err.Error()})
@@ -245,7 +245,7 @@ func (s *Server) handleCreateProfile(w http.ResponseWriter, r *http.Request) {
 
 // pathID parses the {id} path segment; an ID that is not an integer names no
 // profile.
-func pathID(r *http.Request) (int64, *rtldFailure) {
+func pathID(r *http.Request) (int64, *rtldError) {
 	raw := chi.URLParam(r, "id")
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil {
@@ -256,7 +256,7 @@ func pathID(r *http.Request) (int64, *rtldFailure) {
 
 // profileRef parses the profile a request names: the {id} path segment and
 // the environment_id query parameter.
-func (s *Server) profileRef(r *http.Request) (env string, id int64, f *rtldFailure) {
+func (s *Server) profileRef(r *http.Request) (env string, id int64, f *rtldError) {
 	if id, f = pathID(r); f == nil {
 		env, f = s.queryEnvironment(r.URL.Query())
 	}

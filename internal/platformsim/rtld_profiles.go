@@ -99,9 +99,9 @@ type rtldDetail struct {
 	Description string
 }
 
-// rtldFailure is an RTLD error answer before rendering as the spec's Error
+// rtldError is an RTLD error answer before rendering as the spec's Error
 // object.
-type rtldFailure struct {
+type rtldError struct {
 	Status      int
 	Code        string
 	Title       string
@@ -109,16 +109,16 @@ type rtldFailure struct {
 	Details     []rtldDetail
 }
 
-func (f *rtldFailure) Error() string {
+func (f *rtldError) Error() string {
 	return fmt.Sprintf("%d %s: %s", f.Status, f.Code, f.Description)
 }
 
-func badRequest(description string, details ...rtldDetail) *rtldFailure {
-	return &rtldFailure{Status: http.StatusBadRequest, Code: "bad_request", Title: "Bad Request", Description: description, Details: details}
+func badRequest(description string, details ...rtldDetail) *rtldError {
+	return &rtldError{Status: http.StatusBadRequest, Code: "bad_request", Title: "Bad Request", Description: description, Details: details}
 }
 
-func rtldNotFound(description string) *rtldFailure {
-	return &rtldFailure{Status: http.StatusNotFound, Code: "not_found", Title: "Not Found", Description: description}
+func rtldNotFound(description string) *rtldError {
+	return &rtldError{Status: http.StatusNotFound, Code: "not_found", Title: "Not Found", Description: description}
 }
 
 // profileValidator checks a create or update body field by field, collecting
@@ -137,7 +137,7 @@ func (v *profileValidator) failed() bool { return len(v.details) > 0 }
 // envKnown reports whether an environment ID exists. Read-only properties a
 // client may echo back from a GET (@id, @type, id) are ignored; any other
 // unknown property is an error.
-func decodeProfile(body []byte, envKnown func(string) bool) (rtldProfile, *rtldFailure) {
+func decodeProfile(body []byte, envKnown func(string) bool) (rtldProfile, *rtldError) {
 	var raw map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
@@ -211,11 +211,12 @@ func decodeProfile(body []byte, envKnown func(string) bool) (rtldProfile, *rtldF
 	// downsampling_percent: optional enum; null or omitted disables it.
 	if r, ok := present(raw, "downsampling_percent"); ok {
 		var f float64
-		if json.Unmarshal(r, &f) != nil {
+		switch {
+		case json.Unmarshal(r, &f) != nil:
 			v.fail("downsampling_percent", "must be a number")
-		} else if !slices.ContainsFunc(downsamplingValues, func(x float64) bool { return math.Abs(x-f) < 1e-9 }) {
+		case !slices.ContainsFunc(downsamplingValues, func(x float64) bool { return math.Abs(x-f) < 1e-9 }):
 			v.fail("downsampling_percent", "must be one of 0.1, 1, 25, 50, 75 (got %v)", f)
-		} else {
+		default:
 			p.DownsamplingPercent = &f
 		}
 	}
@@ -518,12 +519,12 @@ func (st *profileStore) nameTaken(env, name string, except int64) bool {
 	return false
 }
 
-func nameNotUnique(name string) *rtldFailure {
+func nameNotUnique(name string) *rtldError {
 	return badRequest("profile_name is not unique",
 		rtldDetail{Source: "profile_name", Description: fmt.Sprintf("a profile named %q already exists in this environment", name)})
 }
 
-func (st *profileStore) create(p rtldProfile) (rtldProfile, *rtldFailure) {
+func (st *profileStore) create(p rtldProfile) (rtldProfile, *rtldError) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.nameTaken(p.EnvironmentID, p.Name, 0) {
@@ -540,7 +541,7 @@ func (st *profileStore) create(p rtldProfile) (rtldProfile, *rtldFailure) {
 
 // update replaces the profile id of environment p.EnvironmentID (PUT is a
 // full replacement: the body carries the password again).
-func (st *profileStore) update(id int64, p rtldProfile) (rtldProfile, *rtldFailure) {
+func (st *profileStore) update(id int64, p rtldProfile) (rtldProfile, *rtldError) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	old, ok := st.byID[id]

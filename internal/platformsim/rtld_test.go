@@ -52,7 +52,7 @@ func (s *rtldSim) fetchToken(id, secret, scope string) string {
 	var tok struct {
 		AccessToken string `json:"access_token"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&tok); err != nil || resp.StatusCode != 200 || tok.AccessToken == "" {
+	if err := json.NewDecoder(resp.Body).Decode(&tok); err != nil || resp.StatusCode != http.StatusOK || tok.AccessToken == "" {
 		s.t.Fatalf("token: status %d, err %v", resp.StatusCode, err)
 	}
 	return tok.AccessToken
@@ -141,7 +141,7 @@ func TestRTLDProfileValidation(t *testing.T) {
 		mutate mutate
 		source string // "" means the body is valid (201)
 	}{
-		{"valid", func(p map[string]any) {}, ""},
+		{"valid", func(_ map[string]any) {}, ""},
 		{"all optional fields valid", func(p map[string]any) {
 			p["downsampling_percent"] = 0.1
 			p["custom_cookies"] = []any{"session_id"}
@@ -224,7 +224,7 @@ func TestRTLDProfileValidation(t *testing.T) {
 			if err := json.Unmarshal(body, &e); err != nil {
 				t.Fatalf("body is not an Error object: %v: %s", err, body)
 			}
-			if e.Type != "Error" || e.StatusCode != 400 || e.Code == "" {
+			if e.Type != "Error" || e.StatusCode != http.StatusBadRequest || e.Code == "" {
 				t.Errorf("error object %+v", e)
 			}
 			var sources []string
@@ -468,7 +468,7 @@ func TestRTLDRequestBodyLimits(t *testing.T) {
 	sim := newRTLDSim(t, Config{Seed: 1})
 	env := sim.srv.EnvironmentIDs()[0]
 	post := func(ctype string, body []byte) int {
-		req, _ := http.NewRequest("POST", sim.base+"/rtld/v1/accesslogs/profiles", bytes.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, sim.base+"/rtld/v1/accesslogs/profiles", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+sim.token)
 		if ctype != "" {
 			req.Header.Set("Content-Type", ctype)

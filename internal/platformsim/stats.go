@@ -5,8 +5,9 @@ import (
 	"sort"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/go-chi/chi/v5"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
 )
 
 // Stats is what the Server observed, for tests to assert on.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -148,7 +149,7 @@ func buildWorld(seed int64, properties, environments int) *world {
 			env := Environment{
 				ID:                       uuidFrom(eh),
 				PropertyID:               prop.ID,
-				LegacyAccountNumber:      fmt.Sprintf("%d", acct),
+				LegacyAccountNumber:      strconv.Itoa(acct),
 				Name:                     name,
 				DefaultDomainName:        fmt.Sprintf("%s-%s.example-edge.link", slug, strings.ReplaceAll(name, "_", "-")),
 				DNSDomainName:            fmt.Sprintf("%s-%s.edge.example-edge.net", slug, strings.ReplaceAll(name, "_", "-")),
@@ -300,7 +301,7 @@ func (s *Server) AddEnvironment(propertyID, name string) (Environment, error) {
 		env = Environment{
 			ID:                  uuidFrom(h),
 			PropertyID:          prop.ID,
-			LegacyAccountNumber: fmt.Sprintf("%d", 20000+s.added),
+			LegacyAccountNumber: strconv.Itoa(20000 + s.added),
 			Name:                name,
 			DefaultDomainName:   fmt.Sprintf("%s-%s.example-edge.link", prop.Slug, strings.ReplaceAll(name, "_", "-")),
 			DNSDomainName:       fmt.Sprintf("%s-%s.edge.example-edge.net", prop.Slug, strings.ReplaceAll(name, "_", "-")),

@@ -39,7 +39,7 @@ func TestIngestMemoryBudget(t *testing.T) {
 	}
 	start := time.Now()
 	resp, out := post(t, srv.URL+"/ingest/env", "rtld", "s3cret", body, true)
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "2" || !strings.Contains(fmt.Sprint(out["error"]), "memory") {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "2" || !strings.Contains(fmt.Sprint(out["error"]), "memory") {
 		t.Fatalf("second batch beyond the budget: %d %v Retry-After %q", resp.StatusCode, out, resp.Header.Get("Retry-After"))
 	}
 	if waited := time.Since(start); waited < 200*time.Millisecond {
@@ -53,7 +53,7 @@ func TestIngestMemoryBudget(t *testing.T) {
 		t.Fatalf("memory gauge %v after every request finished", got)
 	}
 	resp, _ = post(t, srv.URL+"/ingest/env", "rtld", "s3cret", body, true)
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("batch after the memory came back: %d", resp.StatusCode)
 	}
 }

@@ -31,7 +31,7 @@ type memSpool struct {
 	entered chan struct{}
 }
 
-func (m *memSpool) AppendPayload(ctx context.Context, p spool.Payload) error {
+func (m *memSpool) AppendPayload(_ context.Context, p spool.Payload) error {
 	if m.block != nil {
 		m.entered <- struct{}{}
 		<-m.block
@@ -58,7 +58,7 @@ type seenSet map[string]bool
 func (s seenSet) Seen(b *accesslog.Batch) bool {
 	return s[fmt.Sprint(b.EnvironmentID, b.AgentID, b.Datestamp, b.SeqNum)]
 }
-func (s seenSet) CountDuplicate(env, agent string) {}
+func (s seenSet) CountDuplicate(_, _ string) {}
 
 func gz(t testing.TB, s string) []byte {
 	var b bytes.Buffer
@@ -85,9 +85,18 @@ func newTestIngest(t *testing.T, cfg IngestConfig, sp Spooler, dups DuplicateChe
 	return srv, m
 }
 
-func post(t *testing.T, url, user, pass string, body []byte, gzipped bool) (*http.Response, map[string]any) {
+// answer is what post keeps of a response, whose body it reads and closes.
+type answer struct {
+	StatusCode int
+	Header     http.Header
+}
+
+func post(t *testing.T, url, user, pass string, body []byte, gzipped bool) (answer, map[string]any) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.SetBasicAuth(user, pass)
 	if gzipped {
 		req.Header.Set("Content-Encoding", "gzip")
@@ -99,7 +108,7 @@ func post(t *testing.T, url, user, pass string, body []byte, gzipped bool) (*htt
 	defer resp.Body.Close()
 	var out map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp, out
+	return answer{StatusCode: resp.StatusCode, Header: resp.Header}, out
 }
 
 const envelopeFmt = `{"account_number":"A","agent_id":"agent-1","datestamp":"20261123","platform":"p","profile_id":1,"seq_num":%d,"logs":[{"uuid":"u1"},{"uuid":"u2"}]}`
@@ -165,16 +174,14 @@ func TestIngestGzipBombKeepsHeapSmall(t *testing.T) {
 	peak := make(chan uint64)
 	stop := make(chan struct{})
 	go func() {
-		var max uint64
+		var highest uint64
 		for {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
-			if ms.HeapAlloc > max {
-				max = ms.HeapAlloc
-			}
+			highest = max(highest, ms.HeapAlloc)
 			select {
 			case <-stop:
-				peak <- max
+				peak <- highest
 				return
 			case <-time.After(time.Millisecond):
 			}
@@ -182,13 +189,13 @@ func TestIngestGzipBombKeepsHeapSmall(t *testing.T) {
 	}()
 	resp, body := post(t, srv.URL+"/ingest/env", "rtld", "s3cret", b.Bytes(), true)
 	close(stop)
-	max := <-peak
-	if resp.StatusCode != 413 {
+	highest := <-peak
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d (%v), want 413", resp.StatusCode, body)
 	}
 	// The compressed body itself is held by the test (~1 MiB); the server
 	// may hold its limit plus buffers. 256 MiB decoded must never show up.
-	if grown := int64(max) - int64(before.HeapAlloc); grown > 64<<20 {
+	if grown := int64(highest) - int64(before.HeapAlloc); grown > 64<<20 {
 		t.Fatalf("heap grew by %d MiB decoding a gzip bomb", grown>>20)
 	}
 }
@@ -197,7 +204,7 @@ func TestIngestSpoolFullAndInFlight(t *testing.T) {
 	sp := &memSpool{full: true}
 	srv, m := newTestIngest(t, IngestConfig{MaxInFlight: 1, RetryAfter: 3 * time.Second}, sp, nil)
 	resp, _ := post(t, srv.URL+"/ingest/env", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 1)), true)
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "3" {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "3" {
 		t.Fatalf("full spool: status %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	if got := testutil.ToFloat64(m.batches.WithLabelValues(StatusUnavailable)); got != 1 {
@@ -215,7 +222,7 @@ func TestIngestSpoolFullAndInFlight(t *testing.T) {
 	}()
 	<-sp2.entered
 	resp, _ = post(t, srv2.URL+"/ingest/env", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 2)), true)
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("request beyond max in flight: status %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	close(block)

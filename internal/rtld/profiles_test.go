@@ -255,7 +255,7 @@ func TestRegistrarRepairsDrift(t *testing.T) {
 		mut  func(b map[string]any)
 		want RegistrationResult
 	}{
-		{"description edited (kept)", func(b map[string]any) {}, RegistrationUnchanged},
+		{"description edited (kept)", func(_ map[string]any) {}, RegistrationUnchanged},
 		{"custom header added (kept)", func(b map[string]any) { b["custom_request_headers"] = []string{"X-Request-Id"} }, RegistrationUnchanged},
 		{"disabled", func(b map[string]any) { b["enabled"] = false }, RegistrationRepaired},
 		{"destination changed", func(b map[string]any) { dm(b)["destination_endpoint"] = "https://elsewhere.example.com/x" }, RegistrationRepaired},
@@ -309,7 +309,7 @@ func TestRegistrarReplicaRace(t *testing.T) {
 			t.Fatal(err)
 		}
 		var once sync.Once
-		f.api.before = func(method, path string) {
+		f.api.before = func(method, _ string) {
 			if method == http.MethodPost {
 				// Between our list and our create, the other replica wins.
 				once.Do(func() {
@@ -433,7 +433,7 @@ func TestNewRegistrarValidation(t *testing.T) {
 		mut  func(c *RegistrarConfig)
 		want string
 	}{
-		{"valid", func(c *RegistrarConfig) {}, ""},
+		{"valid", func(_ *RegistrarConfig) {}, ""},
 		{"http public URL", func(c *RegistrarConfig) { c.PublicURL = "http://rx.example.com" }, "https"},
 		{"no public URL", func(c *RegistrarConfig) { c.PublicURL = "" }, "https"},
 		{"public URL with query", func(c *RegistrarConfig) { c.PublicURL = "https://rx.example.com/?a=b" }, "https"},

@@ -234,7 +234,7 @@ func (o *recordingObserver) ObservePoll(r PollReport) {
 	o.polls = append(o.polls, r)
 }
 
-func (o *recordingObserver) ObservePublishError(dataset, sink string, err error) {
+func (o *recordingObserver) ObservePublishError(_, sink string, _ error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.pubErrs == nil {

@@ -237,10 +237,10 @@ func (c Config) validate() error {
 		}
 	}
 	if c.Jitter < 0 {
-		errs = append(errs, fmt.Errorf("Jitter %s: must not be negative", c.Jitter))
+		errs = append(errs, fmt.Errorf("negative Jitter %s", c.Jitter))
 	}
 	if c.Concurrency < 0 {
-		errs = append(errs, fmt.Errorf("Concurrency %d: must be positive", c.Concurrency))
+		errs = append(errs, fmt.Errorf("negative Concurrency %d", c.Concurrency))
 	}
 	for _, p := range c.Publishers {
 		if p.Publisher == nil || p.Name == "" {
@@ -257,8 +257,12 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("schedule: invalid configuration: %w", err)
 	}
+	// The settle window in whole buckets, rounded up.
 	d := cfg.Granularity.Duration()
-	settle := (cfg.SettleWindow + d - 1) / d * d
+	settle := cfg.SettleWindow.Truncate(d)
+	if settle < cfg.SettleWindow {
+		settle += d
+	}
 	return &Scheduler{
 		cfg:      cfg,
 		settle:   settle,

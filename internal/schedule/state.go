@@ -88,11 +88,11 @@ var ErrBadState = errors.New("unusable state")
 func (t *Tracker) Restore(dataset string, state []byte) error {
 	var st datasetState
 	if err := gob.NewDecoder(bytes.NewReader(state)).Decode(&st); err != nil {
-		return fmt.Errorf("%w of %s: decode: %v", ErrBadState, dataset, err)
+		return fmt.Errorf("%w of %s: decode: %w", ErrBadState, dataset, err)
 	}
 	d, err := st.track(dataset)
 	if err != nil {
-		return fmt.Errorf("%w of %s: %v", ErrBadState, dataset, err)
+		return fmt.Errorf("%w of %s: %w", ErrBadState, dataset, err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

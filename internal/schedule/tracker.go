@@ -484,7 +484,7 @@ func countsComplete(vals []float64, isCount []bool) bool {
 }
 
 // commit advances the HighWaterMark of every environment of a successful
-// poll to to (never backwards), forgets buckets that can no longer be
+// poll to the time to (never backwards), forgets buckets that can no longer be
 // re-fetched, and forgets series whose newest bucket is more than ttl older
 // than the dataset's newest.
 func (t *Tracker) commit(dataset string, envs []string, to time.Time, settle, ttl time.Duration) {

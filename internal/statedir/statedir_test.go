@@ -122,15 +122,15 @@ func TestRefused(t *testing.T) {
 	}{
 		{"flipped payload byte", testID, func(f string, b []byte) { b[len(b)-3] ^= 1; os.WriteFile(f, b, 0o600) }, "checksum mismatch"},
 		{"truncated", testID, func(f string, b []byte) { os.WriteFile(f, b[:len(b)-5], 0o600) }, "bytes of payload"},
-		{"not a state file", testID, func(f string, b []byte) { os.WriteFile(f, []byte("hello\n"), 0o600) }, "not an edgepipe exporter state file"},
-		{"empty", testID, func(f string, b []byte) { os.WriteFile(f, nil, 0o600) }, "no format line"},
+		{"not a state file", testID, func(f string, _ []byte) { os.WriteFile(f, []byte("hello\n"), 0o600) }, "not an edgepipe exporter state file"},
+		{"empty", testID, func(f string, _ []byte) { os.WriteFile(f, nil, 0o600) }, "no format line"},
 		{"newer format", testID, func(f string, b []byte) {
 			os.WriteFile(f, bytes.Replace(b, []byte(magic+" 1"), []byte(magic+" 2"), 1), 0o600)
 		}, `format "2"`},
 		{"damaged header", testID, func(f string, b []byte) {
 			os.WriteFile(f, bytes.Replace(b, []byte(`"dataset"`), []byte(`"dataset`), 1), 0o600)
 		}, "damaged header"},
-		{"renamed", testID, func(f string, b []byte) {
+		{"renamed", testID, func(f string, _ []byte) {
 			os.Rename(f, filepath.Join(filepath.Dir(f), "origin_errors"+Suffix))
 		}, `holds the state of dataset "edge_errors"`},
 		{"another granularity", Identity{Granularity: "HOUR", Organizations: []string{"org-a"}}, func(string, []byte) {}, "granularity HOUR"},

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -100,7 +101,7 @@ func newClickHouseServer(t testing.TB) *ClickHouseServer {
 	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(clickHouseUsersXML), 0o644); err != nil {
 		t.Fatalf("testenv: write clickhouse users.xml: %v", err)
 	}
-	ch.args = append(args, "--config-file="+filepath.Join(dir, "config.xml"))
+	ch.args = append(slices.Clone(args), "--config-file="+filepath.Join(dir, "config.xml"))
 	t.Cleanup(ch.Kill)
 	return ch
 }

@@ -214,7 +214,11 @@ func waitFor(ctx context.Context, p *process, timeout, interval time.Duration, r
 			return nil
 		}
 		if p != nil && p.exited() {
-			return fmt.Errorf("%s exited during start-up (%v): %w", p.name, p.err, last)
+			exit := p.err
+			if exit == nil {
+				exit = errors.New("exit status 0")
+			}
+			return fmt.Errorf("%s exited during start-up (%w): %w", p.name, exit, last)
 		}
 		select {
 		case <-ctx.Done():

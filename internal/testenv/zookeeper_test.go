@@ -89,7 +89,7 @@ func TestZooKeeperRestartKeepsData(t *testing.T) {
 	// replica 1 has its session back its table is read-only, so retry.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err := c.Node(1, 1).Conn(t).Exec(ctx, "INSERT INTO "+db+".local (k, v, version) SELECT number, number, 1 FROM system.numbers LIMIT 10")
+		err := c.Node(1, 1).Conn(t).Exec(ctx, "INSERT INTO "+db+".local (k, v, version) SELECT number AS k, number AS v, 1 FROM system.numbers LIMIT 10")
 		if err == nil {
 			break
 		}

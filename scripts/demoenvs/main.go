@@ -23,17 +23,26 @@ func main() {
 	org := flag.String("org", "", "organization ID")
 	limit := flag.Int("max", 0, "print at most this many IDs (0: all)")
 	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ids, err := environments(ctx, *base, *org, os.Getenv("EDGEPIPE_CLIENT_ID"), os.Getenv("EDGEPIPE_CLIENT_SECRET"))
-	if err != nil {
+	if err := run(*base, *org, *limit); err != nil {
 		fmt.Fprintln(os.Stderr, "demoenvs:", err)
 		os.Exit(1)
 	}
-	if *limit > 0 && len(ids) > *limit {
-		ids = ids[:*limit]
+}
+
+// run prints the IDs of the environments of org (at most limit, 0: all),
+// comma-separated.
+func run(base, org string, limit int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids, err := environments(ctx, base, org, os.Getenv("EDGEPIPE_CLIENT_ID"), os.Getenv("EDGEPIPE_CLIENT_SECRET"))
+	if err != nil {
+		return err
 	}
-	fmt.Println(strings.Join(ids, ","))
+	if limit > 0 && len(ids) > limit {
+		ids = ids[:limit]
+	}
+	_, err = fmt.Println(strings.Join(ids, ","))
+	return err
 }
 
 type page struct {

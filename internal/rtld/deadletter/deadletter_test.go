@@ -177,7 +177,7 @@ type refusingSink struct {
 	down int
 }
 
-func (r *refusingSink) Deliver(ctx context.Context, bs []*accesslog.Batch) error {
+func (r *refusingSink) Deliver(_ context.Context, bs []*accesslog.Batch) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.down > 0 {

@@ -216,7 +216,7 @@ func (w *Worker) read(ctx context.Context, log *slog.Logger, out chan<- group) e
 		entries, err := w.Reader.Next(ctx, w.MaxBatches, w.MaxBytes)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, spool.ErrClosed) {
-				return nil
+				return nil //nolint:nilerr // a stopped worker or a closed spool ends reading normally (Run's contract)
 			}
 			return fmt.Errorf("%s worker reading the spool: %w", w.Name, err)
 		}

@@ -29,7 +29,7 @@ type flakySink struct {
 	records []string
 }
 
-func (f *flakySink) Deliver(ctx context.Context, bs []*accesslog.Batch) error {
+func (f *flakySink) Deliver(_ context.Context, bs []*accesslog.Batch) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail > 0 {
@@ -96,7 +96,7 @@ type pickySink struct {
 	records    map[string]int // delivered record → times
 }
 
-func (p *pickySink) Deliver(ctx context.Context, bs []*accesslog.Batch) error {
+func (p *pickySink) Deliver(_ context.Context, bs []*accesslog.Batch) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.deliveries++
@@ -141,7 +141,7 @@ type memoryDeadLetters struct {
 	letters  []Rejection
 }
 
-func (m *memoryDeadLetters) Add(sink string, rejected []Rejection) error {
+func (m *memoryDeadLetters) Add(_ string, rejected []Rejection) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failures > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,7 +44,7 @@ type RejectedError struct {
 func (e *RejectedError) Error() string {
 	n := "all"
 	if e.Records != nil {
-		n = fmt.Sprint(len(e.Records))
+		n = strconv.Itoa(len(e.Records))
 	}
 	return fmt.Sprintf("sink rejected %s records for good (%s): %v", n, e.Reason, e.Err)
 }
@@ -67,7 +68,7 @@ func rejections(err error) []*RejectedError {
 	var out []*RejectedError
 	var walk func(error) bool
 	walk = func(e error) bool {
-		switch x := e.(type) {
+		switch x := e.(type) { //nolint:errorlint // walks the error tree itself: every leaf must be a *RejectedError
 		case *RejectedError:
 			out = append(out, x)
 			return true
@@ -264,7 +265,7 @@ func logRejections(log *slog.Logger, rejected []Rejection, kept bool) {
 		b := r.Batch
 		k := key{b.EnvironmentID, b.ProfileID, b.AgentID, b.Datestamp, b.BatchHash}
 		if b.HasIdentity() {
-			k.hash = fmt.Sprint(b.SeqNum)
+			k.hash = strconv.FormatInt(b.SeqNum, 10)
 		}
 		e := byBatch[k]
 		if e == nil {

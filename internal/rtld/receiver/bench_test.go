@@ -180,11 +180,11 @@ func BenchmarkIngest(b *testing.B) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			zr, err := kgzip.NewReader(r.Body)
 			if err != nil {
-				http.Error(w, err.Error(), 400)
+				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
 			if _, err := accesslog.Decode("env", zr); err != nil {
-				http.Error(w, err.Error(), 400)
+				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
 			w.Write([]byte(`{"status":"accepted"}`))

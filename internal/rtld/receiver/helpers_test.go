@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -25,10 +26,11 @@ import (
 	"testing"
 	"time"
 
+	kgzip "github.com/klauspost/compress/gzip"
+
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/testenv"
-	kgzip "github.com/klauspost/compress/gzip"
 )
 
 // testCert is a self-signed certificate for 127.0.0.1 written to files.
@@ -163,7 +165,7 @@ func (p *receiverProcess) stop() error {
 		return p.err
 	case <-time.After(30 * time.Second):
 		p.kill9()
-		return fmt.Errorf("receiver did not exit within 30s of SIGINT")
+		return errors.New("receiver did not exit within 30s of SIGINT")
 	}
 }
 
@@ -198,7 +200,7 @@ func scrape(client *http.Client, metricsURL, name string) float64 {
 }
 
 // profileID finds the receiver's profile in env through the simulator's API.
-func profileID(ctx context.Context, t testing.TB, apiURL, env string) (int64, error) {
+func profileID(ctx context.Context, _ testing.TB, apiURL, env string) (int64, error) {
 	c, err := platform.New(platform.Config{BaseURL: apiURL, AuthURL: apiURL, ClientID: platformsim.DemoClientID, ClientSecret: platformsim.DemoClientSecret})
 	if err != nil {
 		return 0, err
@@ -244,7 +246,7 @@ func gzipBytes(t testing.TB, b []byte) []byte {
 
 // gzipBomb is a record with one n MiB string, gzipped (about n KiB): the
 // decoder would have to hold the whole string.
-func gzipBomb(t testing.TB, n int) []byte {
+func gzipBomb(_ testing.TB, n int) []byte {
 	var buf bytes.Buffer
 	w, _ := kgzip.NewWriterLevel(&buf, kgzip.BestCompression)
 	w.Write([]byte(`[{"a":"`))

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,7 @@ func TestKafkaWrongPasswordKeepsBatchesUntilFixed(t *testing.T) {
 	}
 
 	// Fixed credentials, same spool: everything accepted earlier arrives.
-	p.env = append(secrets, "EDGEPIPE_KAFKA_PASSWORD=right-kafka-pass")
+	p.env = append(slices.Clone(secrets), "EDGEPIPE_KAFKA_PASSWORD=right-kafka-pass")
 	p.start()
 	recs := kafka.WaitForRecords(t, topic, batches*perBatch, 60*time.Second)
 	seen := map[string]bool{}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +61,6 @@ func TestRecordTooLargeForKafkaIsDeadLetteredAndReplayed(t *testing.T) {
 	waitReady(t, client, base)
 
 	bigUUID := fmt.Sprintf("rec-%d-%d", bigAt, bigIndex)
-	var statuses []int
 	for b := 0; b < batches; b++ {
 		var recs []string
 		for i := 0; i < perBatch; i++ {
@@ -75,7 +75,6 @@ func TestRecordTooLargeForKafkaIsDeadLetteredAndReplayed(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("batch %d: %d %s", b, code, body)
 		}
-		statuses = append(statuses, code)
 	}
 	metrics := base + "/metrics"
 	waitFor(t, "both sinks to drain the spool", 90*time.Second, func() bool {
@@ -96,7 +95,9 @@ func TestRecordTooLargeForKafkaIsDeadLetteredAndReplayed(t *testing.T) {
 	inKafka := func() map[string]testenv.KcatMessage {
 		out := map[string]testenv.KcatMessage{}
 		for _, m := range kafka.KcatConsume(t, topic) {
-			var v struct{ UUID string }
+			var v struct {
+				UUID string `json:"uuid"`
+			}
 			if m.Payload == nil || json.Unmarshal([]byte(*m.Payload), &v) != nil {
 				t.Fatalf("message at %d/%d is not a record", m.Partition, m.Offset)
 			}
@@ -123,11 +124,13 @@ func TestRecordTooLargeForKafkaIsDeadLetteredAndReplayed(t *testing.T) {
 	t.Logf("dead-letter list:\n%s", out)
 	out, err = runCommand(t, append([]string{"dead-letter", "list", "--json"}, sinkFlags...), nil)
 	var letter struct {
-		Sink, Reason, Error string
-		AgentID             string `json:"agent_id"`
-		SeqNum              int    `json:"seq_num"`
-		RecordIndex         int    `json:"record_index"`
-		Record              json.RawMessage
+		Sink        string          `json:"sink"`
+		Reason      string          `json:"reason"`
+		Error       string          `json:"error"`
+		AgentID     string          `json:"agent_id"`
+		SeqNum      int             `json:"seq_num"`
+		RecordIndex int             `json:"record_index"`
+		Record      json.RawMessage `json:"record"`
 	}
 	if err != nil || json.Unmarshal([]byte(strings.TrimSpace(out)), &letter) != nil || letter.Sink != "kafka" || letter.SeqNum != bigAt/4 ||
 		letter.AgentID != fmt.Sprintf("agent-%d", bigAt%4) || letter.RecordIndex != bigIndex || !strings.Contains(string(letter.Record), bigUUID) ||
@@ -147,10 +150,10 @@ func TestRecordTooLargeForKafkaIsDeadLetteredAndReplayed(t *testing.T) {
 	if !ok || len(got) != batches*perBatch {
 		t.Fatalf("after the replay Kafka holds %d distinct records (big one: %v), want %d", len(got), ok, batches*perBatch)
 	}
-	if idx, _ := m.Header("record_index"); idx != fmt.Sprint(bigIndex) {
+	if idx, _ := m.Header("record_index"); idx != strconv.Itoa(bigIndex) {
 		t.Errorf("replayed message has record_index %q, want %d", idx, bigIndex)
 	}
-	if seq, _ := m.Header("seq_num"); seq != fmt.Sprint(bigAt/4) {
+	if seq, _ := m.Header("seq_num"); seq != strconv.Itoa(bigAt/4) {
 		t.Errorf("replayed message has seq_num %q, want %d", seq, bigAt/4)
 	}
 	if m.Key == nil || *m.Key != env+"/"+letter.AgentID || len(*m.Payload) < 200_000 {

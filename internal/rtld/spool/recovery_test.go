@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +120,7 @@ func flipByte(t testing.TB, path string, off int64) {
 	}
 }
 
-func corruptFiles(t testing.TB, dir string) []string {
+func corruptFiles(_ testing.TB, dir string) []string {
 	m, _ := filepath.Glob(filepath.Join(dir, "*.corrupt"))
 	return m
 }
@@ -422,7 +423,7 @@ func TestNextPrefixesChecksWholeEntries(t *testing.T) {
 		t.Fatalf("%d entries, %v", len(e), err)
 	}
 	for i, en := range e {
-		if string(en.Data) != fmt.Sprintf("%d", i)+big[:99] {
+		if string(en.Data) != strconv.Itoa(i)+big[:99] {
 			t.Fatalf("entry %d prefix %q", i, en.Data[:20])
 		}
 	}

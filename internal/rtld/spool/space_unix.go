@@ -14,7 +14,7 @@ func freeBytes(dir string) (int64, error) {
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return 0, err
 	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
+	return int64(st.Bavail) * int64(st.Bsize), nil //nolint:unconvert // Bsize is int64 on linux/amd64 only (uint32 on darwin, int32 on linux/386)
 }
 
 // isNoSpace reports whether err means the disk (or the quota) is full.

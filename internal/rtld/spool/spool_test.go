@@ -26,11 +26,11 @@ func open(t *testing.T, dir string, opts Options) *Spool {
 	return s
 }
 
-func next(t *testing.T, r *Reader, max int) []Entry {
+func next(t *testing.T, r *Reader, n int) []Entry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	e, err := r.Next(ctx, max, 1<<30)
+	e, err := r.Next(ctx, n, 1<<30)
 	if err != nil {
 		t.Fatalf("Next: %v", err)
 	}
@@ -116,12 +116,12 @@ func TestRecoveryCutsTornTail(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"garbage header", func(t *testing.T, path string) {
+		{"garbage header", func(_ *testing.T, path string) {
 			f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 			f.Write([]byte{0xff, 0xff, 0xff, 0x7f, 1, 2, 3})
 			f.Close()
 		}},
-		{"flipped byte", func(t *testing.T, path string) {
+		{"flipped byte", func(_ *testing.T, path string) {
 			f, _ := os.OpenFile(path, os.O_RDWR, 0)
 			st, _ := f.Stat()
 			f.WriteAt([]byte{'#'}, st.Size()-1)

@@ -55,7 +55,7 @@ func TestTornSlotKeepsThePreviousContent(t *testing.T) {
 		want string
 	}{
 		{"newest slot torn", func(path string, slot int64) { flip(t, path, slot+headerSize+1) }, "first"},
-		{"older slot torn", func(path string, slot int64) { flip(t, path, 5) }, "second"},
+		{"older slot torn", func(path string, _ int64) { flip(t, path, 5) }, "second"},
 		{"both torn", func(path string, slot int64) { flip(t, path, 5); flip(t, path, slot+5) }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -140,11 +140,11 @@ func (c *Clock) NextWake() (time.Time, bool) {
 	if len(c.waiters) == 0 {
 		return time.Time{}, false
 	}
-	min := c.waiters[0].until
+	first := c.waiters[0].until
 	for _, w := range c.waiters[1:] {
-		if w.until.Before(min) {
-			min = w.until
+		if w.until.Before(first) {
+			first = w.until
 		}
 	}
-	return min, true
+	return first, true
 }

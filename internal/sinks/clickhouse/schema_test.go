@@ -3,7 +3,6 @@ package clickhouse
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -19,7 +18,7 @@ func testLogger() *slog.Logger {
 	if os.Getenv("EDGEPIPE_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
 
 // eventsTable is a small table of the shape the sinks use.

@@ -47,7 +47,9 @@ func TestDeliverOneMessagePerRecordWithHeadersAndKeys(t *testing.T) {
 		for _, hd := range r.Headers {
 			h[hd.Key] = string(hd.Value)
 		}
-		var v struct{ UUID string }
+		var v struct {
+			UUID string `json:"uuid"`
+		}
 		if err := json.Unmarshal(r.Value, &v); err != nil {
 			t.Fatalf("value %q is not the record JSON: %v", r.Value, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -31,7 +32,9 @@ func uuids(t *testing.T, broker *testenv.KafkaBroker, topic string) map[string]i
 	t.Helper()
 	out := map[string]int{}
 	for _, r := range broker.Records(t, topic) {
-		var v struct{ UUID string }
+		var v struct {
+			UUID string `json:"uuid"`
+		}
 		if err := json.Unmarshal(r.Value, &v); err != nil {
 			t.Fatalf("value is not a record: %v", err)
 		}
@@ -67,7 +70,7 @@ func TestMessageBytesIsNeverBelowWhatTheBrokerCounts(t *testing.T) {
 	// broker with that limit (no compression: worst case); one byte more
 	// is refused before sending.
 	const limit = 100_000
-	broker := testenv.Kafka(t, testenv.KafkaBrokerConfigs(map[string]string{"message.max.bytes": fmt.Sprint(limit)}))
+	broker := testenv.Kafka(t, testenv.KafkaBrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(limit)}))
 	topic := broker.NewTopic(t, 1)
 	sink, err := New(Config{Brokers: broker.Brokers(), Topic: topic, MaxMessageBytes: limit, Compression: "none"})
 	if err != nil {

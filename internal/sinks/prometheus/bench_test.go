@@ -2,11 +2,11 @@ package prometheus
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"math"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -58,7 +58,7 @@ func labelSets(ds *metricsapi.Dataset, n int) [][]string {
 				continue
 			}
 			for s := 0; s < 40 && len(out) < n; s++ {
-				out = append(out, []string{env, country, fmt.Sprint(500 + s)})
+				out = append(out, []string{env, country, strconv.Itoa(500 + s)})
 			}
 		}
 	}
@@ -66,7 +66,8 @@ func labelSets(ds *metricsapi.Dataset, n int) [][]string {
 }
 
 // fill publishes one bucket for every label set, in batches of 10k.
-func fill(c *Collector, ds *metricsapi.Dataset, sets [][]string) {
+func fill(tb testing.TB, c *Collector, ds *metricsapi.Dataset, sets [][]string) {
+	tb.Helper()
 	var labels []string
 	for _, d := range ds.Labels() {
 		labels = append(labels, d.Name)
@@ -91,7 +92,7 @@ func fill(c *Collector, ds *metricsapi.Dataset, sets [][]string) {
 				Time: t, Environment: ls[0], Labels: lbls, Values: vals}})
 			b.Counts = append(b.Counts, schedule.SeriesCounts{Environment: ls[0], Labels: lbls, Totals: totals, Newest: t})
 		}
-		c.Publish(context.Background(), b)
+		publish(tb, c, b)
 	}
 }
 
@@ -224,7 +225,7 @@ func BenchmarkScrape(b *testing.B) {
 			b.Run(shape.name+"/"+size.name+"/edgepipe", func(b *testing.B) {
 				before := heapInuse()
 				c := newCollector(b, Options{})
-				fill(c, shape.ds, sets)
+				fill(b, c, shape.ds, sets)
 				after := heapInuse()
 				benchScrape(b, textScrape(c), before, after)
 				runtime.KeepAlive(c)
@@ -280,7 +281,7 @@ func BenchmarkScrapeRatio(b *testing.B) {
 			b.Run(shape.name+"/"+size.name, func(b *testing.B) {
 				sets := labelSets(shape.ds, (size.n+perSet-1)/perSet)
 				c := newCollector(b, Options{})
-				fill(c, shape.ds, sets)
+				fill(b, c, shape.ds, sets)
 				ours := textScrape(c)
 				reg := prometheus.NewRegistry()
 				reg.MustRegister(newBaseline(shape.ds, sets))

@@ -43,9 +43,9 @@ type seriesBudget struct {
 	seriesHelp, droppedHelp, limitHelp string
 }
 
-func newSeriesBudget(max int, log *slog.Logger) *seriesBudget {
+func newSeriesBudget(limit int, log *slog.Logger) *seriesBudget {
 	return &seriesBudget{
-		max:         int64(max),
+		max:         int64(limit),
 		log:         log,
 		held:        make(map[string]int64),
 		seriesHelp:  "Series of a dataset held for /metrics (label sets × the metrics the dataset exports), counted against --prometheus.max-series.",

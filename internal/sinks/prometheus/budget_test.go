@@ -2,7 +2,6 @@ package prometheus
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -23,7 +22,6 @@ func TestSeriesBudget(t *testing.T) {
 	var logs bytes.Buffer
 	c := newCollector(t, Options{MaxSeries: 11, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	reg := textGatherer{c}
-	ctx := context.Background()
 	errs := &metricsapi.Dataset{Name: "edge_errors", Dimensions: edgeDataset.Dimensions,
 		Metrics: []metricsapi.Metric{{Name: "requests_edge_total"}}}
 	errBatch := func(env string, v float64) *schedule.Batch {
@@ -33,10 +31,10 @@ func TestSeriesBudget(t *testing.T) {
 			Counts: []schedule.SeriesCounts{{Environment: env, Labels: []string{"us"}, Totals: []float64{v}, Newest: base}}}
 	}
 
-	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, nil, 10, 0.5, 8, 1, 1), upd("e1", "de", 0, nil, 20, 0.5, 8, 1, 1),
+	publish(t, c, withTotals(batch(upd("e1", "us", 0, nil, 10, 0.5, 8, 1, 1), upd("e1", "de", 0, nil, 20, 0.5, 8, 1, 1),
 		upd("e1", "fr", 0, nil, 30, 0.5, 8, 1, 1)), total("e1", "us", 0, 10), total("e1", "de", 0, 20), total("e1", "fr", 0, 30)))
-	c.Publish(ctx, errBatch("e1", 3))
-	c.Publish(ctx, errBatch("e2", 4)) // 11 held: no room for e2's
+	publish(t, c, errBatch("e1", 3))
+	publish(t, c, errBatch("e2", 4)) // 11 held: no room for e2's
 	got := values(t, reg)
 	want := map[string]float64{
 		"edgepipe_series{dataset=edge_usage_by_country}":                     10,
@@ -58,7 +56,7 @@ func TestSeriesBudget(t *testing.T) {
 	}
 	// The label sets held keep updating: a revision moves the counter. A
 	// refused label set with both a row and totals in a batch counts once.
-	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, []float64{10, 0.5, 8, 1, 1}, 15, 0.5, 8, 1, 1), upd("e1", "fr", 1, nil, 1, 1, 1, 1, 1)),
+	publish(t, c, withTotals(batch(upd("e1", "us", 0, []float64{10, 0.5, 8, 1, 1}, 15, 0.5, 8, 1, 1), upd("e1", "fr", 1, nil, 1, 1, 1, 1, 1)),
 		total("e1", "us", 0, 15), total("e1", "fr", 1, 31)))
 	got = values(t, reg)
 	if v := got["cdn_edge_usage_by_country_requests_edge_total{country_code=us,environment_id=e1}"]; v != 15 {
@@ -75,7 +73,7 @@ func TestSeriesBudget(t *testing.T) {
 	}
 	// e1 goes away: its 11 series are released and e2's label set fits.
 	c.SetEnvironments([]string{"e2"})
-	c.Publish(ctx, errBatch("e2", 4))
+	publish(t, c, errBatch("e2", 4))
 	got = values(t, reg)
 	if v := got["cdn_edge_errors_requests_edge_total{country_code=us,environment_id=e2}"]; v != 4 {
 		t.Errorf("e2's counter = %v once there is room, want 4", v)
@@ -93,29 +91,28 @@ func TestSeriesBudget(t *testing.T) {
 // created, widened by new metrics, reset by new labels and swept by the TTL.
 func TestSeriesBudgetAccounting(t *testing.T) {
 	c := newCollector(t, Options{SeriesTTL: time.Hour})
-	ctx := context.Background()
 	held := func() int64 {
 		c.budget.mu.Lock()
 		defer c.budget.mu.Unlock()
 		return c.budget.held["edge_usage_by_country"]
 	}
-	c.Publish(ctx, batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1), upd("e1", "de", 0, nil, 1, 0.5, 8, 1, 1)))
+	publish(t, c, batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1), upd("e1", "de", 0, nil, 1, 0.5, 8, 1, 1)))
 	if h := held(); h != 10 {
 		t.Fatalf("held %d, want 10", h)
 	}
 	wider := batch(upd("e1", "us", 1, nil, 1, 0.5, 8, 1, 1, 7))
 	wider.Metrics = append(append([]string{}, edgeMetrics...), "requests_hit_total")
-	c.Publish(ctx, wider)
+	publish(t, c, wider)
 	if h := held(); h != 12 {
 		t.Errorf("held %d after a sixth metric, want 12", h)
 	}
-	c.Publish(ctx, batch(upd("e1", "us", 13, nil, 1, 0.5, 8, 1, 1))) // de's newest is 65 min old
+	publish(t, c, batch(upd("e1", "us", 13, nil, 1, 0.5, 8, 1, 1))) // de's newest is 65 min old
 	if h := held(); h != 6 {
 		t.Errorf("held %d after de expired, want 6", h)
 	}
 	fewer := &schedule.Batch{Dataset: edgeDataset, Granularity: metricsapi.FiveMinutes, Labels: []string{}, Metrics: edgeMetrics,
 		Updates: []schedule.Update{{Row: metricsapi.Row{Time: base.Add(time.Hour), Environment: "e1", Values: []float64{1, 0.5, 8, 1, 1}}}}}
-	c.Publish(ctx, fewer)
+	publish(t, c, fewer)
 	if h := held(); h != 5 {
 		t.Errorf("held %d after the labels changed, want 5", h)
 	}

@@ -36,8 +36,9 @@ import (
 	"time"
 	"unique"
 
-	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/prometheus/common/model"
+
+	"github.com/edgepipe/edgepipe/internal/schedule"
 )
 
 // Defaults of Options.
@@ -317,13 +318,12 @@ func (d *datasetState) prepare(b *schedule.Batch, prefix string) {
 
 // hashLabels hashes a label set and leaves its key in keyScratch.
 func (d *datasetState) hashLabels(env string, labels []string) uint64 {
-	key := append(d.keyScratch[:0], env...)
+	d.keyScratch = append(d.keyScratch[:0], env...)
 	for _, l := range labels {
-		key = append(key, 0xff)
-		key = append(key, l...)
+		d.keyScratch = append(d.keyScratch, 0xff)
+		d.keyScratch = append(d.keyScratch, l...)
 	}
-	d.keyScratch = key
-	return maphash.Bytes(d.seed, key)
+	return maphash.Bytes(d.seed, d.keyScratch)
 }
 
 // keyOf returns the key of series i (as hashLabels builds it).

@@ -113,20 +113,19 @@ func TestName(t *testing.T) {
 func TestCountersGaugesAndRevisions(t *testing.T) {
 	c := newCollector(t, Options{})
 	reg := textGatherer{c}
-	ctx := context.Background()
-	c.Publish(ctx, withTotals(batch(
+	publish(t, c, withTotals(batch(
 		upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40),
 		upd("e1", "us", 1, nil, 50, 0.75, 16000, 200, 60),
 		upd("e1", "de", 1, nil, 7, math.NaN(), 800, 10, 5),
 	), total("e1", "us", 1, 150), total("e1", "de", 1, 7)))
 	// A revision of the older bucket: the counter takes the new total,
 	// gauges keep bucket 1.
-	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, []float64{100, 0.5, 8000, 120, 40}, 110, 0.9, 9000, 130, 45)),
+	publish(t, c, withTotals(batch(upd("e1", "us", 0, []float64{100, 0.5, 8000, 120, 40}, 110, 0.9, 9000, 130, 45)),
 		total("e1", "us", 1, 160)))
 	// A revision of the newest bucket moves its gauges; the same batch
 	// published twice (or replayed after a restart) changes nothing more.
 	for range 2 {
-		c.Publish(ctx, batch(upd("e1", "de", 1, []float64{7, math.NaN(), 800, 10, 5}, 7, 0.1, 800, 10, 5)))
+		publish(t, c, batch(upd("e1", "de", 1, []float64{7, math.NaN(), 800, 10, 5}, 7, 0.1, 800, 10, 5)))
 	}
 	got := values(t, reg)
 	want := map[string]float64{
@@ -157,7 +156,7 @@ func TestCountersGaugesAndRevisions(t *testing.T) {
 	// no bucket in the first poll after the restart included).
 	c2 := newCollector(t, Options{})
 	reg2 := textGatherer{c2}
-	c2.Publish(ctx, withTotals(batch(), total("e1", "us", 1, 160), total("e1", "de", 1, 7)))
+	publish(t, c2, withTotals(batch(), total("e1", "us", 1, 160), total("e1", "de", 1, 7)))
 	got2 := values(t, reg2)
 	for _, k := range []string{
 		"cdn_edge_usage_by_country_requests_edge_total{country_code=us,environment_id=e1}",
@@ -192,22 +191,21 @@ func mustGather(t *testing.T, g prometheus.Gatherer) []*dto.MetricFamily {
 func TestEnvironmentsAndStaleness(t *testing.T) {
 	c := newCollector(t, Options{SeriesTTL: time.Hour, GaugeMaxAge: 15 * time.Minute})
 	reg := textGatherer{c}
-	ctx := context.Background()
-	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1), upd("e2", "us", 0, nil, 2, 0.5, 8, 1, 1), upd("e1", "fr", 0, nil, 3, 0.5, 8, 1, 1)),
+	publish(t, c, withTotals(batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1), upd("e2", "us", 0, nil, 2, 0.5, 8, 1, 1), upd("e1", "fr", 0, nil, 3, 0.5, 8, 1, 1)),
 		total("e1", "us", 0, 1), total("e2", "us", 0, 2), total("e1", "fr", 0, 3)))
 	c.SetEnvironments([]string{"e1"})
 	if n := c.Series(); n != 2 {
 		t.Fatalf("%d label sets after e2 vanished, want 2", n)
 	}
 	// Updates of a vanished environment that arrive late are ignored.
-	c.Publish(ctx, withTotals(batch(upd("e2", "us", 1, nil, 2, 0.5, 8, 1, 1)), total("e2", "us", 1, 4)))
+	publish(t, c, withTotals(batch(upd("e2", "us", 1, nil, 2, 0.5, 8, 1, 1)), total("e2", "us", 1, 4)))
 	if n := c.Series(); n != 2 {
 		t.Fatalf("%d label sets after a late e2 update, want 2", n)
 	}
 	// us keeps appearing for 40 minutes, fr does not: fr's gauges go after
 	// 15 minutes, its counter stays until an hour.
 	for b := 1; b <= 8; b++ {
-		c.Publish(ctx, withTotals(batch(upd("e1", "us", b, nil, 1, 0.5, 8, 1, 1)), total("e1", "us", b, float64(b+1))))
+		publish(t, c, withTotals(batch(upd("e1", "us", b, nil, 1, 0.5, 8, 1, 1)), total("e1", "us", b, float64(b+1))))
 	}
 	got := values(t, reg)
 	if _, ok := got["cdn_edge_usage_by_country_requests_cache_hit_ratio{country_code=fr,environment_id=e1}"]; ok {
@@ -217,7 +215,7 @@ func TestEnvironmentsAndStaleness(t *testing.T) {
 		t.Errorf("fr's counter = %v, want 3 until the TTL", v)
 	}
 	for b := 9; b <= 13; b++ {
-		c.Publish(ctx, withTotals(batch(upd("e1", "us", b, nil, 1, 0.5, 8, 1, 1)), total("e1", "us", b, float64(b+1))))
+		publish(t, c, withTotals(batch(upd("e1", "us", b, nil, 1, 0.5, 8, 1, 1)), total("e1", "us", b, float64(b+1))))
 	}
 	if n := c.Series(); n != 1 {
 		t.Errorf("%d label sets 65 minutes after fr's last bucket, want 1", n)
@@ -226,7 +224,7 @@ func TestEnvironmentsAndStaleness(t *testing.T) {
 		t.Errorf("us counter = %v, want 14", v)
 	}
 	// A freed slot is reused without mixing state.
-	c.Publish(ctx, withTotals(batch(upd("e1", "it", 13, nil, 5, 0.25, 8, 1, 1)), total("e1", "it", 13, 5)))
+	publish(t, c, withTotals(batch(upd("e1", "it", 13, nil, 5, 0.25, 8, 1, 1)), total("e1", "it", 13, 5)))
 	if v := values(t, reg)["cdn_edge_usage_by_country_requests_edge_total{country_code=it,environment_id=e1}"]; v != 5 {
 		t.Errorf("it counter = %v, want 5", v)
 	}
@@ -331,13 +329,12 @@ func TestSelfMetricsFailuresAreVisible(t *testing.T) {
 // the collision map, both keep their own values, and removal finds both.
 func TestHashCollision(t *testing.T) {
 	c := newCollector(t, Options{})
-	ctx := context.Background()
-	c.Publish(ctx, withTotals(batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1)), total("e1", "us", 0, 1)))
+	publish(t, c, withTotals(batch(upd("e1", "us", 0, nil, 1, 0.5, 8, 1, 1)), total("e1", "us", 0, 1)))
 	d := c.datasets["edge_usage_by_country"]
 	b := upd("e2", "de", 0, nil, 2, 0.5, 8, 1, 1)
 	d.index[d.hashLabels("e2", []string{"de"})] = 0 // e2/de now "collides" with e1/us
 	for i := range 2 {
-		c.Publish(ctx, withTotals(batch(b), total("e2", "de", 0, float64(2*(i+1)))))
+		publish(t, c, withTotals(batch(b), total("e2", "de", 0, float64(2*(i+1)))))
 	}
 	if n := c.Series(); n != 2 || len(d.collide) != 1 {
 		t.Fatalf("%d series, %d in the collision map; want 2 and 1", n, len(d.collide))
@@ -362,4 +359,12 @@ func newCollector(tb testing.TB, opts Options) *Collector {
 		tb.Fatal(err)
 	}
 	return c
+}
+
+// publish hands b to c and fails the test if c refuses it.
+func publish(tb testing.TB, c *Collector, b *schedule.Batch) {
+	tb.Helper()
+	if err := c.Publish(context.Background(), b); err != nil {
+		tb.Fatal(err)
+	}
 }

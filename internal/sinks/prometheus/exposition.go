@@ -58,10 +58,10 @@ func Handler(reg *prometheus.Registry, c *Collector, onError func(error)) (http.
 				return
 			}
 		}
-		if err := c.WriteText(bw); err == nil {
-			err = bw.Flush()
-		}
 		// A write error means the client went away: nothing to report.
+		if c.WriteText(bw) == nil {
+			_ = bw.Flush()
+		}
 	}), nil
 }
 

@@ -92,9 +92,8 @@ func sortedLines(b []byte) []string {
 // metric of more label sets than one chunk.
 func TestWriteTextMatchesClientGolang(t *testing.T) {
 	c := newCollector(t, Options{})
-	ctx := context.Background()
 	odd := `quo"te\back` + "\nslash"
-	c.Publish(ctx, withTotals(batch(
+	publish(t, c, withTotals(batch(
 		upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40),
 		upd("e1", odd, 1, nil, 7, math.NaN(), 800, 10, 5),
 		upd("e2", "de", 9, nil, 1e21, 1.0/3, 0, 1, 1e-7),
@@ -108,7 +107,7 @@ func TestWriteTextMatchesClientGolang(t *testing.T) {
 		errs.Counts = append(errs.Counts, schedule.SeriesCounts{Environment: ls[0], Labels: ls[1:],
 			Totals: []float64{float64(i % 3)}, Newest: base})
 	}
-	c.Publish(ctx, errs)
+	publish(t, c, errs)
 
 	var ours bytes.Buffer
 	if err := c.WriteText(&ours); err != nil {
@@ -148,7 +147,7 @@ func TestWriteTextMatchesClientGolang(t *testing.T) {
 // series, gzipped when asked, lint-clean and parseable.
 func TestHandler(t *testing.T) {
 	c := newCollector(t, Options{MaxSeries: 1000})
-	c.Publish(context.Background(), withTotals(batch(upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40)), total("e1", "us", 0, 100)))
+	publish(t, c, withTotals(batch(upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40)), total("e1", "us", 0, 100)))
 	reg := prometheus.NewPedanticRegistry()
 	if _, err := NewSelfMetrics(reg, BuildInfo{Version: "v1"}, nil); err != nil {
 		t.Fatal(err)
@@ -232,7 +231,10 @@ func TestWriteTextWhilePublishing(t *testing.T) {
 					b.Updates[j].Row.Values = append(b.Updates[j].Row.Values, 3)
 				}
 			}
-			c.Publish(ctx, b)
+			if err := c.Publish(ctx, b); err != nil {
+				t.Error(err)
+				return
+			}
 			if i%40 == 39 {
 				c.SetEnvironments([]string{"a", "b", "c"})
 			}

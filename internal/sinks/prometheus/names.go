@@ -38,8 +38,8 @@ type metricPlan struct {
 }
 
 // Name returns the Prometheus metric name and the percentile label value
-// ("" unless the metric is a percentile) of API metric metric of dataset, by
-// the contract in DESIGN.md (with prefix cdn):
+// ("" unless the metric is a percentile) of the API metric named metric of
+// dataset, by the contract in DESIGN.md (with prefix cdn):
 //
 //	requests_edge_total          → cdn_<dataset>_requests_edge_total (counter)
 //	ttfb_edge_ms_95_percentile   → cdn_<dataset>_ttfb_edge_seconds{percentile="95"}

@@ -303,9 +303,9 @@ func (c *numberColumn[T]) data(out []any) []any { return append(out, nullable(c.
 // float64 exactly.
 const maxExactFloat = 1 << 53
 
-// signed parses integers within [min, max]. A number written with a
+// signed parses integers within [lo, hi]. A number written with a
 // fraction or an exponent counts when it is integral and exact.
-func signed[T ~int8 | ~int16 | ~int32 | ~int64](min, max int64) func(string) (T, bool) {
+func signed[T ~int8 | ~int16 | ~int32 | ~int64](lo, hi int64) func(string) (T, bool) {
 	return func(s string) (T, bool) {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
@@ -315,15 +315,15 @@ func signed[T ~int8 | ~int16 | ~int32 | ~int64](min, max int64) func(string) (T,
 			}
 			n = int64(f)
 		}
-		if n < min || n > max {
+		if n < lo || n > hi {
 			return 0, false
 		}
 		return T(n), true
 	}
 }
 
-// unsigned parses integers within [0, max].
-func unsigned[T ~uint8 | ~uint16 | ~uint32 | ~uint64](max uint64) func(string) (T, bool) {
+// unsigned parses integers within [0, hi].
+func unsigned[T ~uint8 | ~uint16 | ~uint32 | ~uint64](hi uint64) func(string) (T, bool) {
 	return func(s string) (T, bool) {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
@@ -333,18 +333,18 @@ func unsigned[T ~uint8 | ~uint16 | ~uint32 | ~uint64](max uint64) func(string) (
 			}
 			n = uint64(f)
 		}
-		if n > max {
+		if n > hi {
 			return 0, false
 		}
 		return T(n), true
 	}
 }
 
-// float parses finite numbers within ±max.
-func float[T ~float32 | ~float64](max float64) func(string) (T, bool) {
+// float parses finite numbers within ±hi.
+func float[T ~float32 | ~float64](hi float64) func(string) (T, bool) {
 	return func(s string) (T, bool) {
 		f, err := strconv.ParseFloat(s, 64)
-		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || math.Abs(f) > max {
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) || math.Abs(f) > hi {
 			return 0, false
 		}
 		return T(f), true

@@ -3,7 +3,6 @@ package metrictables_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -43,11 +42,11 @@ type world struct {
 // t0 is a bucket boundary the tests start at.
 var t0 = time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
 
-func testLogger(t testing.TB) *slog.Logger {
+func testLogger(_ testing.TB) *slog.Logger {
 	if os.Getenv("EDGEPIPE_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
 
 func newWorld(t *testing.T, envs int) *world {

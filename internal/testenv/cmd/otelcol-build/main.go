@@ -17,13 +17,20 @@ import (
 )
 
 func main() {
+	if err := run(); err != nil {
+		slog.Error("build the OpenTelemetry Collector", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logf := func(format string, args ...any) { slog.Info(fmt.Sprintf(format, args...)) }
 	bin, err := testenv.BuildOTelCollector(ctx, logf)
 	if err != nil {
-		slog.Error("build the OpenTelemetry Collector", "err", err)
-		os.Exit(1)
+		return err
 	}
-	fmt.Println(bin)
+	_, err = fmt.Println(bin)
+	return err
 }
