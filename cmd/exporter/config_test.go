@@ -35,7 +35,9 @@ func parseCommon(t *testing.T, args ...string) (*commonFlags, *runFlags, error) 
 
 func TestFlags(t *testing.T) {
 	secretFile := filepath.Join(t.TempDir(), "secret")
-	os.WriteFile(secretFile, []byte("from-file\n"), 0o600)
+	if err := os.WriteFile(secretFile, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name    string
 		env     map[string]string
@@ -106,7 +108,9 @@ func TestSimulateWithBasicAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	webCfg := filepath.Join(t.TempDir(), "web.yml")
-	os.WriteFile(webCfg, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o600)
+	if err := os.WriteFile(webCfg, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, k := range []string{envClientID, envClientSecret, envEnvironmentIDs, envOrganizations, "EDGEPIPE_API_URL", "EDGEPIPE_AUTH_URL"} {
 		t.Setenv(k, "")
 	}
@@ -143,8 +147,11 @@ func TestSimulateWithBasicAuth(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
+		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 		return resp.StatusCode
 	}
 	deadline := time.Now().Add(15 * time.Second)

@@ -151,10 +151,14 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 	}
 	cancel()
 	if !schedDone {
-		<-schedErr
+		if err := <-schedErr; err != nil && !errors.Is(err, context.Canceled) {
+			result = errors.Join(result, fmt.Errorf("scheduler: %w", err))
+		}
 	}
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	srv.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		h.log.Warn("web server shutdown", "err", err)
+	}
 	scancel()
 	h.log.Info("exporter stopped")
 	return result
@@ -166,7 +170,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	defer func() {
 		if err != nil { // undo what was built (e.g. the state directory's lock)
 			for i := len(x.closers) - 1; i >= 0; i-- {
-				x.closers[i](context.Background())
+				err = errors.Join(err, x.closers[i](context.Background()))
 			}
 		}
 	}()

@@ -52,7 +52,7 @@ func TestServeAndShutdown(t *testing.T) {
 					break
 				}
 			}
-			go io.Copy(io.Discard, pr)
+			go func() { _, _ = io.Copy(io.Discard, pr) }() // the logs, unread
 			if base == "" {
 				t.Fatalf("no URL printed: %v", out)
 			}

@@ -42,7 +42,9 @@ func TestSecretFromEnvOrFile(t *testing.T) {
 		t.Fatalf("env: %q", s)
 	}
 	p := filepath.Join(t.TempDir(), "pw")
-	os.WriteFile(p, []byte("from-file\n"), 0o600)
+	if err := os.WriteFile(p, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	t.Setenv("EDGEPIPE_RTLD_PASSWORD_FILE", p)
 	if s, _ := secret("EDGEPIPE_RTLD_PASSWORD"); s != "from-file" {
 		t.Fatalf("file: %q", s)

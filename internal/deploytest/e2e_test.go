@@ -129,8 +129,11 @@ func TestDashboardsEndToEnd(t *testing.T) {
 			}
 		}
 		n, err := countRows(conn, "SELECT 1 FROM access_logs LIMIT 1")
-		if err != nil || n == 0 {
-			return fmt.Errorf("access_logs empty yet (%v)", err)
+		if err != nil {
+			return fmt.Errorf("access_logs: %w", err)
+		}
+		if n == 0 {
+			return errors.New("access_logs empty yet")
 		}
 		return nil
 	})

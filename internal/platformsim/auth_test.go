@@ -214,7 +214,10 @@ func TestCloseDuringSlowRequest(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- srv.Close() }()
 	select {
-	case <-closed:
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
 	case <-time.After(4 * time.Second):
 		t.Fatal("Close waits for an injected latency of a minute")
 	}

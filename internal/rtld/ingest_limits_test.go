@@ -80,7 +80,10 @@ func TestIngestSlowSendersHoldNoSlot(t *testing.T) {
 			defer c.Close()
 			answer := make(chan string, 1)
 			go func() {
-				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+					answer <- err.Error()
+					return
+				}
 				line, _ := bufio.NewReader(c).ReadString('\n')
 				answer <- strings.TrimSpace(line)
 			}()

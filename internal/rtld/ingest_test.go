@@ -42,8 +42,12 @@ func (m *memSpool) AppendPayload(_ context.Context, p spool.Payload) error {
 		return spool.ErrFull
 	}
 	var b bytes.Buffer
-	if n, err := p.WriteTo(&b); err != nil || n != int64(p.Size()) {
-		return fmt.Errorf("payload wrote %d of %d bytes: %v", n, p.Size(), err)
+	n, err := p.WriteTo(&b)
+	if err != nil {
+		return fmt.Errorf("payload: %w", err)
+	}
+	if n != int64(p.Size()) {
+		return fmt.Errorf("payload wrote %d of %d bytes", n, p.Size())
 	}
 	m.entries = append(m.entries, b.Bytes())
 	return nil
@@ -161,13 +165,22 @@ func TestIngestGzipBombKeepsHeapSmall(t *testing.T) {
 	srv, _ := newTestIngest(t, IngestConfig{MaxBodyBytes: 1 << 20, MaxDecodedBytes: 1 << 20}, sp, nil)
 	// 256 MiB of spaces inside an array: about 256 KiB gzipped.
 	var b bytes.Buffer
-	w, _ := kgzip.NewWriterLevel(&b, kgzip.BestCompression)
-	w.Write([]byte("["))
-	chunk := bytes.Repeat([]byte(" "), 1<<20)
-	for i := 0; i < 256; i++ {
-		w.Write(chunk)
+	w, err := kgzip.NewWriterLevel(&b, kgzip.BestCompression)
+	if err != nil {
+		t.Fatal(err)
 	}
-	w.Close()
+	if _, err := w.Write([]byte("[")); err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte(" "), 1<<20)
+	for range 256 {
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -169,8 +170,11 @@ func measure(tb testing.TB, r run) result {
 		defer cancel()
 		waitFor(tb, 2*prometheusInterval, func() error { // a scrape with the series
 			v, err := prom.Query(ctx, `scrape_samples_scraped{job="exporter"} > 1000`)
-			if vec, ok := v.(model.Vector); err != nil || !ok || len(vec) == 0 {
-				return fmt.Errorf("no scrape of the exporter's series yet (%v)", err)
+			if err != nil {
+				return fmt.Errorf("query the exporter's scrapes: %w", err)
+			}
+			if vec, ok := v.(model.Vector); !ok || len(vec) == 0 {
+				return errors.New("no scrape of the exporter's series yet")
 			}
 			return nil
 		})
@@ -306,12 +310,18 @@ func startExporter(tb testing.TB, bin string, env, args []string) (int, string) 
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	tb.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			tb.Errorf("stop the exporter: %v", err)
+		}
 		select {
-		case <-exited:
+		case err := <-exited:
+			if err != nil {
+				tb.Errorf("the exporter exited with %v", err)
+			}
 		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-exited
+			tb.Error("the exporter did not stop within 30s of SIGTERM; killed")
+			_ = cmd.Process.Kill() // it exits either way
+			tb.Logf("killed: %v", <-exited)
 		}
 		logf.Close()
 		if tb.Failed() {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -100,15 +101,22 @@ func (f *fakeAPI) Data(ctx context.Context, q metricsapi.Query) (*metricsapi.Res
 	for k, v := range f.values {
 		parts := splitKey(k)
 		env, country := parts[0], parts[1]
-		var ns int64
-		fmt.Sscan(parts[2], &ns)
-		t := time.Unix(0, ns).UTC()
+		t := keyTime(parts)
 		if !want[env] || t.Before(q.Start) || !t.Before(q.End) {
 			continue
 		}
 		res.Rows = append(res.Rows, metricsapi.Row{Time: t, Environment: env, Labels: []string{country}, Values: []float64{v}})
 	}
 	return res, nil
+}
+
+// keyTime is the bucket start in the parts of a key (splitKey).
+func keyTime(parts []string) time.Time {
+	ns, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil {
+		panic(fmt.Sprintf("fake API: key %q: %v", parts, err)) // the fake writes its keys itself
+	}
+	return time.Unix(0, ns).UTC()
 }
 
 func splitKey(k string) []string {
@@ -130,9 +138,7 @@ func (f *fakeAPI) truth(from, to time.Time) map[string]float64 {
 	out := make(map[string]float64)
 	for k, v := range f.values {
 		p := splitKey(k)
-		var ns int64
-		fmt.Sscan(p[2], &ns)
-		t := time.Unix(0, ns)
+		t := keyTime(p)
 		if t.Before(from) || !t.Before(to) {
 			continue
 		}

@@ -398,17 +398,28 @@ func TestDescriptorChangeRestartsLoopWithoutDoubleCounting(t *testing.T) {
 	h.s.cfg.DatasetSource = src
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go h.s.Run(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- h.s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-runDone; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v", err)
+		}
+	}()
 	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 	defer wcancel()
-	h.clock.BlockUntil(wctx, 2)
+	if err := h.clock.BlockUntil(wctx, 2); err != nil {
+		t.Fatal("the loops did not start")
+	}
 	ds := testDataset
 	ds.Description = "changed"
 	ds.Metrics = append(slices.Clone(ds.Metrics), metricsapi.Metric{Name: "requests_new_total", Type: metricsapi.TypeNumber})
 	src.set([]metricsapi.Dataset{ds})
 	before := len(h.api.queries)
 	h.clock.Advance(5 * time.Minute) // discovery at 10:07 restarts the loop
-	h.clock.BlockUntil(wctx, 2)
+	if err := h.clock.BlockUntil(wctx, 2); err != nil {
+		t.Fatal("the loops did not go back to sleep after the discovery")
+	}
 	if len(h.api.queries) <= before {
 		t.Fatal("no poll after the descriptor change")
 	}

@@ -203,7 +203,9 @@ func TestPlatformClockSkipsNoBucket(t *testing.T) {
 				settle()
 			}
 			cancel()
-			<-done
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("Run returned %v", err)
+			}
 			end := metricsapi.FiveMinutes.Truncate(local.Now())
 			sums, seen, _ := pub.snapshot()
 			truth := p.truth(firstFrom, end)

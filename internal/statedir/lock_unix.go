@@ -25,7 +25,6 @@ func lock(path string) (func() error, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	return func() error {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		return f.Close()
+		return errors.Join(syscall.Flock(int(f.Fd()), syscall.LOCK_UN), f.Close())
 	}, nil
 }

@@ -146,8 +146,7 @@ func Open(path string, id Identity) (*Dir, error) {
 	}
 	d := &Dir{path: path, id: id.normalized(), unlock: unlock, states: map[string][]byte{}, now: time.Now}
 	if err := d.load(); err != nil {
-		unlock()
-		return nil, err
+		return nil, errors.Join(err, unlock())
 	}
 	d.fresh = len(d.states) == 0
 	return d, nil
@@ -257,11 +256,12 @@ func (d *Dir) Save(dataset string, payload []byte) error {
 	}
 	tmp := f.Name()
 	werr := func() error {
+		// A bufio.Writer keeps its first error and Flush returns it.
 		w := bufio.NewWriterSize(f, 1<<16)
 		fmt.Fprintf(w, "%s %d\n", magic, Format)
-		w.Write(h)
-		w.WriteByte('\n')
-		w.Write(payload)
+		_, _ = w.Write(h)
+		_ = w.WriteByte('\n')
+		_, _ = w.Write(payload)
 		if err := w.Flush(); err != nil {
 			return err
 		}

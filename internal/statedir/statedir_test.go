@@ -117,28 +117,30 @@ func TestRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		id     Identity // of the writer; the reader is testID
-		modify func(file string, b []byte)
+		modify func(file string, b []byte) error
 		want   string
 	}{
-		{"flipped payload byte", testID, func(f string, b []byte) { b[len(b)-3] ^= 1; os.WriteFile(f, b, 0o600) }, "checksum mismatch"},
-		{"truncated", testID, func(f string, b []byte) { os.WriteFile(f, b[:len(b)-5], 0o600) }, "bytes of payload"},
-		{"not a state file", testID, func(f string, _ []byte) { os.WriteFile(f, []byte("hello\n"), 0o600) }, "not an edgepipe exporter state file"},
-		{"empty", testID, func(f string, _ []byte) { os.WriteFile(f, nil, 0o600) }, "no format line"},
-		{"newer format", testID, func(f string, b []byte) {
-			os.WriteFile(f, bytes.Replace(b, []byte(magic+" 1"), []byte(magic+" 2"), 1), 0o600)
+		{"flipped payload byte", testID, func(f string, b []byte) error { b[len(b)-3] ^= 1; return os.WriteFile(f, b, 0o600) }, "checksum mismatch"},
+		{"truncated", testID, func(f string, b []byte) error { return os.WriteFile(f, b[:len(b)-5], 0o600) }, "bytes of payload"},
+		{"not a state file", testID, func(f string, _ []byte) error { return os.WriteFile(f, []byte("hello\n"), 0o600) }, "not an edgepipe exporter state file"},
+		{"empty", testID, func(f string, _ []byte) error { return os.WriteFile(f, nil, 0o600) }, "no format line"},
+		{"newer format", testID, func(f string, b []byte) error {
+			return os.WriteFile(f, bytes.Replace(b, []byte(magic+" 1"), []byte(magic+" 2"), 1), 0o600)
 		}, `format "2"`},
-		{"damaged header", testID, func(f string, b []byte) {
-			os.WriteFile(f, bytes.Replace(b, []byte(`"dataset"`), []byte(`"dataset`), 1), 0o600)
+		{"damaged header", testID, func(f string, b []byte) error {
+			return os.WriteFile(f, bytes.Replace(b, []byte(`"dataset"`), []byte(`"dataset`), 1), 0o600)
 		}, "damaged header"},
-		{"renamed", testID, func(f string, _ []byte) {
-			os.Rename(f, filepath.Join(filepath.Dir(f), "origin_errors"+Suffix))
+		{"renamed", testID, func(f string, _ []byte) error {
+			return os.Rename(f, filepath.Join(filepath.Dir(f), "origin_errors"+Suffix))
 		}, `holds the state of dataset "edge_errors"`},
-		{"another granularity", Identity{Granularity: "HOUR", Organizations: []string{"org-a"}}, func(string, []byte) {}, "granularity HOUR"},
-		{"another organization", Identity{Granularity: "FIVE_MINUTES", Organizations: []string{"org-c"}}, func(string, []byte) {}, "nothing in common"},
+		{"another granularity", Identity{Granularity: "HOUR", Organizations: []string{"org-a"}}, func(string, []byte) error { return nil }, "granularity HOUR"},
+		{"another organization", Identity{Granularity: "FIVE_MINUTES", Organizations: []string{"org-c"}}, func(string, []byte) error { return nil }, "nothing in common"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file, b := write(t, tc.id, "edge_errors", []byte("the state of edge_errors"))
-			tc.modify(file, b)
+			if err := tc.modify(file, b); err != nil {
+				t.Fatal(err)
+			}
 			d, err := Open(filepath.Dir(file), testID)
 			if err == nil {
 				d.Close()

@@ -57,8 +57,12 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, sink string) float64 {
 
 func TestAddWritesSelfDescribingLettersDurably(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), DirName)
-	os.MkdirAll(filepath.Join(dir, "kafka"), 0o750)
-	os.WriteFile(filepath.Join(dir, "kafka", ".tmp-crashed.json"), []byte("[{"), 0o640) // a crash mid-write
+	if err := os.MkdirAll(filepath.Join(dir, "kafka"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kafka", ".tmp-crashed.json"), []byte("[{"), 0o640); err != nil { // a crash mid-write
+		t.Fatal(err)
+	}
 	s, err := Open(Options{Dir: dir})
 	if err != nil {
 		t.Fatal(err)

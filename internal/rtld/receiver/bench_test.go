@@ -53,8 +53,12 @@ func makeLoad(b *testing.B, n int) benchLoad {
 		l.decoded += int64(buf.Len())
 		var z bytes.Buffer
 		w := kgzip.NewWriter(&z)
-		w.Write(buf.Bytes())
-		w.Close()
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
 		l.bodies = append(l.bodies, z.Bytes())
 		l.wire += int64(z.Len())
 	}
@@ -120,8 +124,12 @@ func drive(b *testing.B, url string, l benchLoad, drained func() bool) {
 						b.Error(err)
 						return
 					}
-					io.Copy(io.Discard, resp.Body)
+					_, err = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
+					if err != nil {
+						b.Error(err)
+						return
+					}
 					if resp.StatusCode == http.StatusServiceUnavailable {
 						time.Sleep(10 * time.Millisecond)
 						continue
@@ -219,7 +227,9 @@ func BenchmarkIngest(b *testing.B) {
 		defer func() {
 			srv.Close()
 			cancel()
-			<-done
+			if err := <-done; err != nil {
+				b.Error(err)
+			}
 		}()
 		drive(b, srv.URL+"/ingest/env", l, func() bool {
 			st := rcv.Spool().Stats()

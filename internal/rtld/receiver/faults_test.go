@@ -185,9 +185,15 @@ func TestCorruptSegmentAfterCrashDeliversEverythingElse(t *testing.T) {
 	}
 	mid := st.Size() / 2
 	b := []byte{0}
-	f.ReadAt(b, mid)
-	f.WriteAt([]byte{b[0] ^ 0x20}, mid)
-	f.Close()
+	if _, err := f.ReadAt(b, mid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{b[0] ^ 0x20}, mid); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("flipped the byte at %d of %s (%d bytes; %d segments)", mid, filepath.Base(segs[0]), st.Size(), len(segs))
 
 	kafka.Resume()

@@ -246,15 +246,25 @@ func gzipBytes(t testing.TB, b []byte) []byte {
 
 // gzipBomb is a record with one n MiB string, gzipped (about n KiB): the
 // decoder would have to hold the whole string.
-func gzipBomb(_ testing.TB, n int) []byte {
+func gzipBomb(t testing.TB, n int) []byte {
+	t.Helper()
 	var buf bytes.Buffer
-	w, _ := kgzip.NewWriterLevel(&buf, kgzip.BestCompression)
-	w.Write([]byte(`[{"a":"`))
-	chunk := bytes.Repeat([]byte("x"), 1<<20)
-	for i := 0; i < n; i++ {
-		w.Write(chunk)
+	w, err := kgzip.NewWriterLevel(&buf, kgzip.BestCompression)
+	if err != nil {
+		t.Fatal(err)
 	}
-	w.Close()
+	if _, err := w.Write([]byte(`[{"a":"`)); err != nil {
+		t.Fatal(err)
+	}
+	chunk := bytes.Repeat([]byte("x"), 1<<20)
+	for range n {
+		if _, err := w.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
 	return buf.Bytes()
 }
 

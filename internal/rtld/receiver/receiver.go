@@ -130,7 +130,7 @@ func (c Config) validate() error {
 
 // New opens the spool (recovering it) and prepares every part; nothing runs
 // until Run.
-func New(cfg Config) (*Receiver, error) {
+func New(cfg Config) (_ *Receiver, err error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("rtld receiver: invalid configuration: %w", err)
@@ -142,6 +142,20 @@ func New(cfg Config) (*Receiver, error) {
 	r := &Receiver{cfg: cfg, log: cfg.Logger, reg: cfg.Registry, sinks: map[string]delivery.Sink{}}
 	r.metrics = rtld.NewMetrics(r.reg)
 	r.delivered = delivery.NewMetrics(r.reg)
+	defer func() {
+		if err != nil { // close what was opened, newest first
+			var cerrs []error
+			if r.gaps != nil {
+				cerrs = append(cerrs, r.gaps.Close())
+			}
+			if r.spool != nil {
+				cerrs = append(cerrs, r.spool.Close())
+			}
+			if cerr := errors.Join(append(cerrs, r.closeSinks())...); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("closing the parts opened: %w", cerr))
+			}
+		}
+	}()
 
 	if cfg.Kafka != nil {
 		kc := *cfg.Kafka
@@ -158,7 +172,6 @@ func New(cfg Config) (*Receiver, error) {
 		cc.Logger = cfg.Logger
 		c, err := logtable.New(cc)
 		if err != nil {
-			r.closeSinks()
 			return nil, err
 		}
 		r.sinks[SinkClickHouse] = c
@@ -177,22 +190,17 @@ func New(cfg Config) (*Receiver, error) {
 		Readers:       readers, Logger: cfg.Logger,
 	})
 	if err != nil {
-		r.closeSinks()
 		return nil, fmt.Errorf("opening the spool: %w", err)
 	}
 	r.spool = sp
 	r.reg.MustRegister(rtld.NewSpoolCollector(sp))
 	r.dead, err = deadletter.Open(deadletter.Options{Dir: filepath.Join(cfg.SpoolDir, deadletter.DirName), MaxBytes: cfg.DeadLetterMaxBytes, Logger: cfg.Logger})
 	if err != nil {
-		sp.Close()
-		r.closeSinks()
 		return nil, err
 	}
 	r.reg.MustRegister(r.dead)
 	r.gaps, err = rtld.NewGapTracker(cfg.SpoolDir, cfg.GapGrace, r.metrics, cfg.Logger)
 	if err != nil {
-		sp.Close()
-		r.closeSinks()
 		return nil, err
 	}
 
@@ -205,9 +213,6 @@ func New(cfg Config) (*Receiver, error) {
 		ic.AllowEnvironment = func(env string) bool { return allowed[env] }
 	}
 	if r.ingest, err = rtld.NewIngest(ic, sp, r.gaps, r.metrics, cfg.Logger); err != nil {
-		r.gaps.Close()
-		sp.Close()
-		r.closeSinks()
 		return nil, err
 	}
 
@@ -217,9 +222,6 @@ func New(cfg Config) (*Receiver, error) {
 		rc.Observer = newRegistrationMetrics(r.reg)
 		r.registrar, err = rtld.NewRegistrar(cfg.ProfileAPI, rc)
 		if err != nil {
-			r.gaps.Close()
-			sp.Close()
-			r.closeSinks()
 			return nil, err
 		}
 	}

@@ -368,9 +368,15 @@ func TestFormatV1SpoolIsReadAfterUpgrade(t *testing.T) {
 		t.Fatalf("segments after delivery: %v", segs)
 	}
 	h := make([]byte, segHeaderSize)
-	f, _ := os.Open(segs[0])
-	io.ReadFull(f, h)
+	f, err := os.Open(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.ReadFull(f, h)
 	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if first, v, ok := segmentHeader(h); !ok || first != 20 || v != formatVersion {
 		t.Fatalf("new segment header: first %d version %d ok %v", first, v, ok)
 	}

@@ -242,14 +242,12 @@ func Open(opts Options) (*Spool, error) {
 		stop:    make(chan struct{}),
 	}
 	if err := s.recover(); err != nil {
-		s.closeFiles()
-		return nil, err
+		return nil, errors.Join(err, s.closeFiles())
 	}
 	for _, name := range opts.Readers {
 		r, err := s.loadReader(name)
 		if err != nil {
-			s.closeFiles()
-			return nil, err
+			return nil, errors.Join(err, s.closeFiles())
 		}
 		s.readers[name] = r
 	}

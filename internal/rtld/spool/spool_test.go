@@ -116,16 +116,33 @@ func TestRecoveryCutsTornTail(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"garbage header", func(_ *testing.T, path string) {
-			f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-			f.Write([]byte{0xff, 0xff, 0xff, 0x7f, 1, 2, 3})
-			f.Close()
+		{"garbage header", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write([]byte{0xff, 0xff, 0xff, 0x7f, 1, 2, 3}); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
 		}},
-		{"flipped byte", func(_ *testing.T, path string) {
-			f, _ := os.OpenFile(path, os.O_RDWR, 0)
-			st, _ := f.Stat()
-			f.WriteAt([]byte{'#'}, st.Size()-1)
-			f.Close()
+		{"flipped byte", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := f.Stat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte{'#'}, st.Size()-1); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

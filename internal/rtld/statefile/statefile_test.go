@@ -99,7 +99,9 @@ func flip(t *testing.T, path string, off int64) {
 	}
 	defer f.Close()
 	b := []byte{0}
-	f.ReadAt(b, off)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
 	b[0] ^= 0x40
 	if _, err := f.WriteAt(b, off); err != nil {
 		t.Fatal(err)

@@ -123,14 +123,24 @@ func benchExport(b *testing.B, opts ...grpc.ServerOption) {
 	}
 	srv := grpc.NewServer(opts...)
 	colmetricspb.RegisterMetricsServiceServer(srv, discardServer{})
-	go srv.Serve(l)
-	defer srv.Stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	defer func() {
+		srv.Stop()
+		if err := <-served; err != nil {
+			b.Error(err)
+		}
+	}()
 	ctx := context.Background()
 	exp, err := NewExporter(ctx, ProtocolGRPC, "http://"+l.Addr().String())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer exp.Shutdown(ctx)
+	defer func() {
+		if err := exp.Shutdown(ctx); err != nil {
+			b.Error(err)
+		}
+	}()
 	batch := benchBatch(benchUsage, 10_000)
 	points := 0
 	b.ReportAllocs()

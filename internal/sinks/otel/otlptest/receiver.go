@@ -7,6 +7,7 @@ package otlptest
 import (
 	"compress/gzip"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -60,9 +61,14 @@ func StartGRPC(t testing.TB) (*Receiver, string) {
 	}
 	srv := grpc.NewServer()
 	colmetricspb.RegisterMetricsServiceServer(srv, r)
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(l) }()
-	t.Cleanup(func() { srv.Stop(); <-done })
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Stop()
+		if err := <-served; err != nil { // nil after Stop
+			t.Errorf("otlptest gRPC server: %v", err)
+		}
+	})
 	return r, l.Addr().String()
 }
 
@@ -78,9 +84,14 @@ func StartHTTP(t testing.TB) (*Receiver, string) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/metrics", r.serveHTTP)
 	srv := &http.Server{Handler: mux}
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(l) }()
-	t.Cleanup(func() { srv.Close(); <-done })
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("otlptest HTTP server: %v", err)
+		}
+	})
 	return r, "http://" + l.Addr().String()
 }
 
