@@ -21,8 +21,12 @@ TEST_P       ?= 2
 FUZZTIME     ?= 10s
 BENCH        ?= .
 BENCHTIME    ?= 1s
+# The golangci-lint that `make deps` installs (go install, into Go's bin
+# directory) and `make lint` runs; .golangci.yml is written for v2.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT         ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
 
-.PHONY: all build version demo test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet helm-lint clean help
+.PHONY: all build version demo test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet golangci-lint helm-lint clean help
 
 all: lint build test
 
@@ -45,8 +49,8 @@ demo: ## run simulator, exporter and receiver on loopback (and Prometheus with t
 test: ## the whole suite, integration tests included (real services; see `make deps`)
 	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
 
-deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper (apt) and helm, build the test OpenTelemetry Collector; only what is missing
-	@./scripts/deps.sh
+deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper (apt), helm and golangci-lint (go install), build the test OpenTelemetry Collector; only what is missing
+	@GO=$(GO) GOLANGCI_LINT_VERSION=$(GOLANGCI_LINT_VERSION) ./scripts/deps.sh
 
 bench: bench-scrape bench-scale bench-clickhouse bench-receiver ## the benchmarks whose results the README records
 
@@ -68,7 +72,7 @@ bench-all: ## every benchmark of the module (BENCH=regexp BENCHTIME=…)
 fuzz: ## run every Fuzz target for FUZZTIME each
 	@FUZZTIME=$(FUZZTIME) GO=$(GO) ./scripts/fuzz.sh
 
-lint: fmt vet ## gofmt check and go vet
+lint: fmt vet golangci-lint ## gofmt check, go vet and golangci-lint with .golangci.yml (`make deps` installs it)
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './vendor/*')); \
@@ -76,6 +80,15 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+
+golangci-lint:
+	@if [ ! -x "$(GOLANGCI_LINT)" ]; then \
+		echo "$(GOLANGCI_LINT) not found: run make deps (it installs golangci-lint $(GOLANGCI_LINT_VERSION))" >&2; exit 1; \
+	fi
+	@have=$$("$(GOLANGCI_LINT)" version --short 2>/dev/null); if [ "v$$have" != "$(GOLANGCI_LINT_VERSION)" ]; then \
+		echo "$(GOLANGCI_LINT) is v$$have, .golangci.yml is checked with $(GOLANGCI_LINT_VERSION): run make deps" >&2; exit 1; \
+	fi
+	$(GOLANGCI_LINT) run ./...
 
 helm-lint: ## helm lint + helm template of the chart with every ci/ values file, asserting the rendered objects (needs helm: `make deps`)
 	$(GO) test -count=1 -run 'TestChart|TestDockerfile' ./internal/deploytest/

@@ -3,7 +3,10 @@
 # quick when everything is there):
 #   apt: clickhouse-server clickhouse-client prometheus kcat zookeeper (Debian 12
 #        packages; zookeeper is jars run with java, for the ClickHouse cluster tests)
-#   go:  helm (for `make helm-lint` and the chart tests)
+#   go:  helm (for `make helm-lint` and the chart tests), golangci-lint
+#        GOLANGCI_LINT_VERSION (for `make lint`; the Makefile pins it) into
+#        Go's bin directory, when that directory has no golangci-lint of
+#        that version
 #   the OpenTelemetry Collector the OTLP tests run (internal/testenv), built
 #   with the official builder into the user's cache directory: minutes the
 #   first time, skipped when that build exists or EDGEPIPE_OTELCOL is set
@@ -13,6 +16,7 @@
 set -euo pipefail
 GO=${GO:-go}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
+GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-v2.15.0}
 
 have() { # binary: on PATH or in the usual system dirs (sbin is often off PATH)
 	command -v "$1" >/dev/null 2>&1 || [ -x "/usr/bin/$1" ] || [ -x "/usr/sbin/$1" ]
@@ -88,6 +92,14 @@ if ! have helm && [ ! -x "$($GO env GOPATH)/bin/helm" ]; then
 	CGO_ENABLED=0 $GO install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 else
 	echo "deps: helm already installed"
+fi
+
+golangci_lint="$($GO env GOPATH)/bin/golangci-lint"
+if [ -x "$golangci_lint" ] && [ "v$("$golangci_lint" version --short 2>/dev/null)" = "$GOLANGCI_LINT_VERSION" ]; then
+	echo "deps: golangci-lint $GOLANGCI_LINT_VERSION already installed"
+else
+	echo "deps: go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+	$GO install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
 fi
 
 if [ -n "${EDGEPIPE_OTELCOL:-}" ]; then
