@@ -437,16 +437,3 @@ func (d *datasetState) removeWhere(drop func(i int) bool) {
 		d.live--
 	}
 }
-
-// Series returns the number of label sets held, for tests and sizing.
-func (c *Collector) Series() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	n := 0
-	for _, d := range c.datasets {
-		d.mu.RLock()
-		n += d.live
-		d.mu.RUnlock()
-	}
-	return n
-}
