@@ -242,16 +242,21 @@ func TestMakeDemo(t *testing.T) {
 		})
 
 		// The chart's selectors find the demo's targets: the Down alerts'
-		// up{…} selects one series, at 1.
+		// up{…} selects one series, at 1. (The targets API can report a
+		// target up a moment before its scrape's samples are committed, so
+		// this waits too.)
 		for _, name := range []string{"EdgepipeExporterDown", "EdgepipeReceiverDown"} {
 			sel := regexp.MustCompile(`^(up\{[^}]*\})`).FindString(chartRules[name].expr)
 			if sel == "" {
 				t.Fatalf("%s: no up{…} selector in %q", name, chartRules[name].expr)
 			}
-			vec := queryVector(t, prom, sel)
-			if len(vec) != 1 || vec[0].Value != 1 {
-				t.Errorf("%s selector %s selects %v, want one target that is up", name, sel, vec)
-			}
+			waitFor(t, 30*time.Second, func(ctx context.Context) error {
+				vec := queryVector(t, prom, sel)
+				if len(vec) != 1 || vec[0].Value != 1 {
+					return fmt.Errorf("%s selector %s selects %v, want one target that is up", name, sel, vec)
+				}
+				return nil
+			})
 		}
 
 		// The queries the demo prints return data; records arrive.
