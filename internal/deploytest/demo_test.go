@@ -250,7 +250,7 @@ func TestMakeDemo(t *testing.T) {
 			if sel == "" {
 				t.Fatalf("%s: no up{…} selector in %q", name, chartRules[name].expr)
 			}
-			waitFor(t, 30*time.Second, func(ctx context.Context) error {
+			waitFor(t, 30*time.Second, func(context.Context) error {
 				vec := queryVector(t, prom, sel)
 				if len(vec) != 1 || vec[0].Value != 1 {
 					return fmt.Errorf("%s selector %s selects %v, want one target that is up", name, sel, vec)
