@@ -57,8 +57,9 @@ type DeliveryConfig struct {
 	// and DevInsecureSkipVerify are then ignored).
 	Transport http.RoundTripper
 	// MaxTrackedUUIDs bounds how many generated record UUIDs GeneratedUUIDs
-	// keeps (default DefaultMaxTrackedUUIDs, about 60 MB); records beyond it are counted
-	// in DeliveryStats.UntrackedRecords. Negative keeps none.
+	// keeps (default DefaultMaxTrackedUUIDs, about 60 MB); records beyond
+	// it are counted in DeliveryStats.UntrackedRecords. Negative keeps
+	// none.
 	MaxTrackedUUIDs int
 	// Faults injected into deliveries from the start; see SetDeliveryFaults.
 	Faults DeliveryFaults

@@ -74,8 +74,8 @@ type NamedPublisher struct {
 type Config struct {
 	Granularity metricsapi.Granularity // default FIVE_MINUTES
 	// PollInterval is how often each dataset is polled (default
-	// DefaultPollInterval). Polls
-	// are aligned to multiples of it (UTC), plus up to Jitter.
+	// DefaultPollInterval). Polls are aligned to multiples of it (UTC),
+	// plus up to Jitter.
 	PollInterval time.Duration
 	// SettleWindow is how far before the HighWaterMark buckets are
 	// re-fetched for late data; rounded up to whole buckets (default

@@ -53,8 +53,8 @@ type Config struct {
 	// found by its MESSAGE_TOO_LARGE answers: the worker splits such
 	// deliveries and dead-letters only the records too large by themselves.
 	MaxMessageBytes int64
-	// WriteTimeout bounds one delivery (default DefaultWriteTimeout); a timed-out delivery
-	// is retried by the worker.
+	// WriteTimeout bounds one delivery (default DefaultWriteTimeout); a
+	// timed-out delivery is retried by the worker.
 	WriteTimeout time.Duration
 	// TLS, when set, encrypts every connection to the brokers (see
 	// TLSFiles.Config).

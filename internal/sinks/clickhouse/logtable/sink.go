@@ -81,9 +81,10 @@ type Config struct {
 	// InsertTimeout bounds one delivery (default DefaultInsertTimeout).
 	InsertTimeout time.Duration
 	// Concurrency is how many INSERTs one delivery runs at once, each with
-	// a share of the batches (default DefaultConcurrency). Rows are idempotent, so order does
-	// not matter; more than 1 helps when the server has idle cores (on a
-	// 2-core machine shared with the server it did not).
+	// a share of the batches (default DefaultConcurrency). Rows are
+	// idempotent, so order does not matter; more than 1 helps when the
+	// server has idle cores (on a 2-core machine shared with the server it
+	// did not).
 	Concurrency int
 	// Retention, when positive, removes records whose timestamp is older: a
 	// TTL on servers that have one (19.6+), else whole daily partitions are
