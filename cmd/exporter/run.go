@@ -7,20 +7,18 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	rungroup "github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
-	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/otel"
 	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
 	"github.com/edgepipe/edgepipe/internal/statedir"
-	"github.com/edgepipe/edgepipe/internal/version"
 )
 
 // DefaultListenAddress is the exporter's default --web.listen-address.
@@ -42,7 +40,7 @@ type runFlags struct {
 	seriesTTL         time.Duration
 	gaugeMaxAge       time.Duration
 	shutdownTimeout   time.Duration
-	web               *web.FlagConfig
+	web               *cli.Web
 }
 
 func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
@@ -68,7 +66,7 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 	cmd.Flag("prometheus.gauge-max-age", "Hide the gauges of a label set whose newest bucket is this much older than the dataset's newest (its counters stay).").
 		Default(promsink.DefaultGaugeMaxAge.String()).DurationVar(&f.gaugeMaxAge)
 	cmd.Flag("shutdown-timeout", "How long shutdown may take to flush sinks.").Default("10s").DurationVar(&f.shutdownTimeout)
-	f.web = kingpinflag.AddFlags(cmd, DefaultListenAddress)
+	f.web = cli.AddWebFlags(cmd, DefaultListenAddress)
 	return f
 }
 
@@ -86,14 +84,16 @@ type exporter struct {
 	self      *promsink.SelfMetrics
 	collector *promsink.Collector
 	sched     *schedule.Scheduler
-	handler   http.Handler
+	metrics   http.Handler        // /metrics
+	handler   http.Handler        // /healthz, /readyz
 	state     schedule.StateSaver // nil without --state.dir
 	closers   []func(context.Context) error
 }
 
 // runExporter builds the exporter from the flags and runs it until ctx is
-// done: scheduler and web server, then an orderly shutdown (web server,
-// poll loops, then sinks flush within --shutdown-timeout).
+// done: scheduler and web server in one run group, then an orderly
+// shutdown (web server, poll loops, then sinks flush within
+// --shutdown-timeout).
 func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, deps runDeps) error {
 	x, err := buildExporter(ctx, h, f, exts, deps)
 	if err != nil {
@@ -108,49 +108,39 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 			}
 		}
 	}()
+	srv, err := f.web.NewServer(cli.Site{
+		Landing: web.LandingConfig{
+			Name:        "edgepipe exporter",
+			Description: "Exports the CDN platform's traffic metrics (every dataset of every environment) to Prometheus and OpenTelemetry.",
+			Links: []web.LandingLinks{
+				{Address: "/metrics", Text: "Metrics"},
+				{Address: "/healthz", Text: "Health"},
+				{Address: "/readyz", Text: "Readiness", Description: "ready after the first discovery and a successful poll of every dataset"},
+			},
+		},
+		Metrics:  x.metrics,
+		Handler:  x.handler,
+		Listener: deps.listener,
+	}, h.log)
+	if err != nil {
+		return err
+	}
 
-	srv := &http.Server{Handler: x.handler, ReadHeaderTimeout: 10 * time.Second}
-	srvErr := make(chan error, 1)
-	go func() {
-		if deps.listener != nil {
-			srvErr <- web.Serve(deps.listener, srv, f.web, h.log)
-		} else {
-			srvErr <- web.ListenAndServe(srv, f.web, h.log)
-		}
-	}()
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	schedErr := make(chan error, 1)
-	go func() { schedErr <- x.sched.Run(runCtx) }()
+	var g rungroup.Group
+	g.Add(cli.ContextActor(ctx))
+	g.Add(srv.Actor(5 * time.Second))
+	schedCtx, stopSched := context.WithCancel(context.Background())
+	// Only a configuration error (an unknown --dataset) ends the scheduler
+	// before it is interrupted.
+	g.Add(func() error { return x.sched.Run(schedCtx) }, func(error) { stopSched() })
 	if deps.ready != nil {
 		deps.ready <- x
 	}
 	h.log.Info("exporter running", "granularity", h.common.granularity, "poll_interval", f.pollInterval,
 		"settle_window", x.sched.SettleWindow(), "shard", fmt.Sprintf("%d/%d", h.common.shard.Index, h.common.shard.Count))
-
-	var result error
-	schedDone := false
-	select {
-	case <-ctx.Done():
-	case err := <-srvErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			result = fmt.Errorf("web server: %w", err)
-		}
-	case err := <-schedErr:
-		// Only a configuration error (an unknown --dataset) ends the
-		// scheduler before ctx does.
-		schedDone = true
-		result = err
-	}
-	cancel()
-	if !schedDone {
-		<-schedErr
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	srv.Shutdown(sctx)
-	scancel()
+	err = g.Run()
 	h.log.Info("exporter stopped")
-	return result
+	return err
 }
 
 // buildExporter wires registry, self-metrics, clients, sinks and scheduler.
@@ -173,8 +163,10 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		local = schedule.RealClock{}
 	}
 	clock := schedule.NewPlatformClock(local)
-	vi := version.Get()
-	self, err := promsink.NewSelfMetrics(x.reg, promsink.BuildInfo{Version: vi.Version, Revision: vi.Revision, GoVersion: runtime.Version()}, clock.Now)
+	if err := x.reg.Register(cli.BuildInfo("exporter")); err != nil {
+		return nil, fmt.Errorf("build info: %w", err)
+	}
+	self, err := promsink.NewSelfMetrics(x.reg, clock.Now)
 	if err != nil {
 		return nil, fmt.Errorf("self-metrics: %w", err)
 	}
@@ -214,7 +206,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		if err != nil {
 			return nil, err
 		}
-		res, err := otel.NewResource(ctx, vi.Version)
+		res, err := otel.NewResource(ctx, h.version)
 		if err != nil {
 			return nil, err
 		}
@@ -270,21 +262,15 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	if err != nil {
 		return nil, err
 	}
-	x.handler, err = newHandler(x.reg, x.sched, h, vi.Version)
-	if err != nil {
-		return nil, err
-	}
+	x.metrics = cli.MetricsHandler(x.reg, h.log)
+	x.handler = newHandler(x.sched)
 	return x, nil
 }
 
-// newHandler serves /metrics, /healthz, /readyz and the landing page.
-func newHandler(reg *prometheus.Registry, sched *schedule.Scheduler, h *host, ver string) (http.Handler, error) {
+// newHandler serves /healthz and /readyz (the web server adds /metrics and
+// the landing page).
+func newHandler(sched *schedule.Scheduler) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      slogErrorLog{h},
-		ErrorHandling: promhttp.ContinueOnError,
-		Registry:      reg,
-	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -298,27 +284,8 @@ func newHandler(reg *prometheus.Registry, sched *schedule.Scheduler, h *host, ve
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	landing, err := web.NewLandingPage(web.LandingConfig{
-		Name:        "edgepipe exporter",
-		Description: "Exports the CDN platform's traffic metrics (every dataset of every environment) to Prometheus and OpenTelemetry.",
-		Version:     ver,
-		Links: []web.LandingLinks{
-			{Address: "/metrics", Text: "Metrics"},
-			{Address: "/healthz", Text: "Health"},
-			{Address: "/readyz", Text: "Readiness", Description: "ready after the first discovery and a successful poll of every dataset"},
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("landing page: %w", err)
-	}
-	mux.Handle("/", landing)
-	return mux, nil
+	return mux
 }
-
-// slogErrorLog adapts the logger to promhttp's error log.
-type slogErrorLog struct{ h *host }
-
-func (l slogErrorLog) Println(v ...any) { l.h.log.Error("serving /metrics", "err", fmt.Sprint(v...)) }
 
 // openState opens --state.dir and returns the tracker to start from: empty
 // for a first start (an empty directory), restored from the directory's

@@ -7,22 +7,22 @@
 //	  http://127.0.0.1:9790/connect/token
 //
 // The demo client's secret is documented (edgepipe-demo-secret); set
-// EDGEPIPE_SIM_CLIENT_SECRET to require another one.
+// EDGEPIPE_SIM_CLIENT_SECRET (or --client-secret-file) to require another
+// one.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/alecthomas/kingpin/v2"
-
+	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 )
 
@@ -36,9 +36,15 @@ func main() {
 	}
 }
 
+// envClientSecret holds the demo client's secret when it is not the
+// documented one.
+const envClientSecret = "EDGEPIPE_SIM_CLIENT_SECRET"
+
 // run serves until ctx ends (SIGINT/SIGTERM in main).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	app := kingpin.New("platform-sim", "Simulated CDN platform API (auth, accounts, metrics, RTLD) with deterministic, realistic data.")
+	app := cli.New("platform-sim", "Simulated CDN platform API (auth, accounts, metrics, RTLD) with deterministic, realistic data.", stdout, stderr)
+	clientSecret := cli.SecretFlag(app, "client-secret-file", envClientSecret,
+		"File holding the secret the demo client ("+platformsim.DemoClientID+") must present (default: the documented "+platformsim.DemoClientSecret+").")
 	var (
 		listen        = app.Flag("web.listen-address", "Address to serve the API and the token endpoint on.").Default("127.0.0.1:9790").String()
 		seed          = app.Flag("seed", "Seed of the simulated world and its data.").Default("1").Int64()
@@ -62,18 +68,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		flushInterval = app.Flag("delivery.flush-interval", "How long records wait for a full batch before a partial one is sent.").Default("1s").Duration()
 		retryInterval = app.Flag("delivery.retry-interval", "Wait before a failed batch is sent again.").Default("10s").Duration()
 		insecure      = app.Flag("delivery.insecure-skip-verify", "Accept any TLS certificate of destination endpoints (local demos only).").Bool()
-		logLevel      = app.Flag("log.level", "Log level: debug, info, warn, error.").Default("info").Enum("debug", "info", "warn", "error")
 	)
-	app.UsageWriter(stderr)
-	app.ErrorWriter(stderr)
-	if _, err := app.Parse(args); err != nil {
+	_, err := app.Parse(args)
+	if errors.Is(err, cli.ErrPrinted) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("log level: %w", err)
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	log := app.Logger()
 
 	for name, v := range map[string]float64{"fault.rate-429": *rate429, "fault.rate-5xx": *rate5xx,
 		"fault.bad-value-rate": *badValueRate, "fault.malformed-rows": *malformedRows} {
@@ -108,10 +111,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "strings":
 		cfg.Numbers = platformsim.NumbersAsStrings
 	}
-	secret := platformsim.DemoClientSecret
-	secretSource := "documented demo secret"
-	if v, ok := os.LookupEnv("EDGEPIPE_SIM_CLIENT_SECRET"); ok && strings.TrimSpace(v) != "" {
-		secret, secretSource = v, "EDGEPIPE_SIM_CLIENT_SECRET"
+	secret, err := clientSecret.Read()
+	if err != nil {
+		return err
+	}
+	secretSource := "set by --client-secret-file or " + envClientSecret
+	if strings.TrimSpace(secret) == "" {
+		secret, secretSource = platformsim.DemoClientSecret, "documented demo secret"
 	}
 	cfg.Clients = []platformsim.Client{{
 		ID:     platformsim.DemoClientID,
