@@ -28,6 +28,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 
@@ -87,6 +88,9 @@ func (a *App) Program() string { return a.program }
 // "; try --help". After --help or --version it returns ErrPrinted.
 func (a *App) Parse(args []string) (string, error) {
 	a.nameFlagErrors()
+	if err := a.checkFlagArguments(args); err != nil {
+		return "", fmt.Errorf("%w; try --help", err)
+	}
 	cmd, err := a.Application.Parse(args)
 	if a.exitCode != nil {
 		if *a.exitCode != 0 {
@@ -128,6 +132,41 @@ func (a *App) nameFlagErrors() {
 	for _, c := range m.Commands {
 		walk(a.GetCommand(c.Name), c)
 	}
+}
+
+// checkFlagArguments finds a flag that needs a value given without one
+// ("--poll-interval" last, or followed by another flag). kingpin reports
+// that only when there is no default command: with one, it drops the flag
+// silently and runs the default command.
+func (a *App) checkFlagArguments(args []string) error {
+	takesValue := map[string]bool{}
+	add := func(flags []*kingpin.FlagModel) {
+		for _, f := range flags {
+			if !f.IsBoolFlag() {
+				takesValue[f.Name] = true
+			}
+		}
+	}
+	m := a.Model()
+	add(m.Flags)
+	for _, c := range m.FlattenedCommands() {
+		add(c.Flags)
+	}
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			return nil
+		}
+		name, ok := strings.CutPrefix(arg, "--")
+		if !ok || strings.Contains(name, "=") || !takesValue[name] {
+			continue
+		}
+		if i+1 == len(args) || (strings.HasPrefix(args[i+1], "-") && args[i+1] != "-") {
+			return fmt.Errorf("expected argument for flag '--%s'", name)
+		}
+		i++ // the flag's value
+	}
+	return nil
 }
 
 func wrapValue(clause *kingpin.FlagClause, model *kingpin.FlagModel) {
@@ -255,3 +294,24 @@ Commands:
 {{template "FormatCommands" .App}}
 {{end -}}
 `
+
+// FlagNames returns the names of the flags --help shows for m: the
+// application's and those of the commands named (by FullCommand), hidden
+// flags left out.
+func FlagNames(m *kingpin.ApplicationModel, commands ...string) []string {
+	var names []string
+	add := func(flags []*kingpin.FlagModel) {
+		for _, f := range flags {
+			if !f.Hidden {
+				names = append(names, f.Name)
+			}
+		}
+	}
+	add(m.Flags)
+	for _, c := range m.FlattenedCommands() {
+		if slices.Contains(commands, c.FullCommand) {
+			add(c.Flags)
+		}
+	}
+	return names
+}
