@@ -63,6 +63,7 @@ type Server struct {
 func (w *Web) NewServer(site Site, logger *slog.Logger) (*Server, error) {
 	lc := site.Landing
 	lc.Version = version.Version
+	lc.Profiling = "false" // no /debug/pprof here
 	landing, err := web.NewLandingPage(lc)
 	if err != nil {
 		return nil, fmt.Errorf("landing page: %w", err)
@@ -150,31 +151,40 @@ func BuildInfo(program string) prometheus.Collector {
 
 // MetricsHandler serves reg's metrics (promhttp). A metric that fails to
 // gather is logged as an error and the others are served; a scraper that
-// went away while the answer was written is logged at debug level.
+// went away while the answer was written is logged once, at debug level.
 func MetricsHandler(reg *prometheus.Registry, logger *slog.Logger) http.Handler {
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:      promhttpLog{logger},
-		ErrorHandling: promhttp.ContinueOnError,
-		Registry:      reg,
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// promhttp reports a failed write once per metric family: a
+		// handler per request lets its log tell the first from the rest.
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+			ErrorLog:      &promhttpLog{log: logger},
+			ErrorHandling: promhttp.ContinueOnError,
+			Registry:      reg,
+		}).ServeHTTP(w, r)
 	})
 }
 
-// promhttpLog is promhttp's error log on a slog logger.
-type promhttpLog struct{ log *slog.Logger }
+// promhttpLog is promhttp's error log for one request on a slog logger.
+type promhttpLog struct {
+	log  *slog.Logger
+	gone bool // the scraper went away (logged)
+}
 
-func (l promhttpLog) Println(v ...any) {
+func (l *promhttpLog) Println(v ...any) {
 	var err error
 	for _, x := range v {
 		if e, ok := x.(error); ok {
 			err = e
 		}
 	}
-	msg := strings.TrimSpace(strings.TrimSuffix(fmt.Sprintln(v...), "\n"))
 	if err != nil && ClientGone(err) {
-		l.log.Debug("serving /metrics: the scraper went away", "err", err)
+		if !l.gone {
+			l.gone = true
+			l.log.Debug("serving /metrics: the scraper went away", "err", err)
+		}
 		return
 	}
-	l.log.Error("serving /metrics", "err", msg)
+	l.log.Error("serving /metrics", "err", strings.TrimSpace(fmt.Sprintln(v...)))
 }
 
 // LogServeError logs err, met while serving what (e.g. "/metrics"): at
