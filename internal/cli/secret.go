@@ -34,9 +34,13 @@ func EnvSecret(env string) *Secret { return &Secret{env: env} }
 // Env returns the name of the secret's environment variable.
 func (s *Secret) Env() string { return s.env }
 
-// Read returns the secret ("" when it is not given). A file that cannot be
-// read is an error naming the flag or variable, never the secret.
+// Read returns the secret ("" when it is not given, or s is nil). A file
+// that cannot be read is an error naming the flag or variable, never the
+// secret.
 func (s *Secret) Read() (string, error) {
+	if s == nil {
+		return "", nil
+	}
 	if s.file != "" {
 		return readSecretFile(s.file, "--"+s.flag)
 	}
