@@ -21,7 +21,7 @@ FUZZTIME     ?= 10s
 BENCH        ?= .
 BENCHTIME    ?= 1s
 
-.PHONY: all build version demo test deps bench bench-scrape bench-clickhouse bench-receiver bench-all fuzz lint fmt vet helm-lint clean help
+.PHONY: all build version demo test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet helm-lint clean help
 
 all: lint build test
 
@@ -47,10 +47,13 @@ test: ## the whole suite, integration tests included (real services; see `make d
 deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper (apt) and helm, build the test OpenTelemetry Collector; only what is missing
 	@./scripts/deps.sh
 
-bench: bench-scrape bench-clickhouse bench-receiver ## the benchmarks whose results the README records
+bench: bench-scrape bench-scale bench-clickhouse bench-receiver ## the benchmarks whose results the README records
 
 bench-scrape: ## Prometheus scrape time and memory per series vs a bare client_golang collector (100k, 1M series)
 	$(GO) test -run '^$$' -bench 'BenchmarkScrape' -benchtime 3x -timeout 60m ./internal/sinks/prometheus
+
+bench-scale: ## the exporter binary against 1,000 simulated environments in 10 properties, default and lean config: requests, poll time, series, scrape, RSS, ClickHouse rows (~15 min)
+	$(GO) test -run '^$$' -bench 'BenchmarkScale' -benchtime 1x -timeout 90m ./internal/scalebench
 
 bench-clickhouse: ## exporter rows/s inserted into ClickHouse for the widest dataset
 	$(GO) test -run '^$$' -bench 'BenchmarkInsertEdgeUsageByCountry' -benchtime 3s -timeout 30m ./internal/sinks/clickhouse/metrictables

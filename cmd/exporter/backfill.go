@@ -94,6 +94,15 @@ func (e *backfillExtension) run(ctx context.Context, h *host) error {
 	if err != nil {
 		return fmt.Errorf("backfill: list datasets: %w", err)
 	}
+	// The config file's selection, so the rows land in the tables the
+	// exporter writes with the same file.
+	all, warnings, err := h.common.config.Select(all, true)
+	if err != nil {
+		return fmt.Errorf("backfill: %w", err)
+	}
+	for _, w := range warnings {
+		h.log.Warn("config file: "+w, "config_file", h.common.config.Source)
+	}
 	dss, err := pickDatasets(all, e.datasets)
 	if err != nil {
 		return err

@@ -172,7 +172,7 @@ func TestServing(t *testing.T) {
 // that the scraper went away.
 func scrapeAndHangUp(t *testing.T, x *testenv.Command, addr string) {
 	t.Helper()
-	gone := regexp.MustCompile(`level=DEBUG .*msg="serving /metrics: the scraper went away"`)
+	gone := regexp.MustCompile(`level=DEBUG .*msg="serving /metrics: the client went away"`)
 	deadline := time.Now().Add(30 * time.Second)
 	for !gone.MatchString(x.Log()) {
 		if time.Now().After(deadline) {

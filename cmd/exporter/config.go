@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgepipe/edgepipe/internal/cli"
+	"github.com/edgepipe/edgepipe/internal/exportconfig"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
@@ -39,6 +40,7 @@ type commonFlags struct {
 	shardIndex      int
 	shardCount      int
 	simulate        bool
+	configFile      string
 
 	// Resolved by resolve().
 	apiURL, authURL        string
@@ -46,6 +48,9 @@ type commonFlags struct {
 	clientID, clientSecret string
 	granularity            metricsapi.Granularity
 	shard                  schedule.Shard
+	// config is --config.file, checked as far as it can be without the
+	// platform (exportconfig.Default without the flag).
+	config *exportconfig.Config
 }
 
 func registerCommonFlags(app *cli.App) *commonFlags {
@@ -56,6 +61,9 @@ func registerCommonFlags(app *cli.App) *commonFlags {
 	app.Flag("shard.index", "This instance's shard in [0, shard.count): it serves the environments with FNV-1a-64(id) mod shard.count == shard.index.").
 		Default("0").IntVar(&c.shardIndex)
 	app.Flag("shard.count", "Number of exporter instances sharing the environments.").Default("1").IntVar(&c.shardCount)
+	app.Flag("config.file", "YAML file saying what to export: per dataset the dimensions kept (the API aggregates the others), "+
+		"metrics (regular expressions) and percentiles; environments included or excluded by ID, name or property; the metric-name prefix. "+
+		"Checked against the platform's datasets at start.").PlaceHolder("FILE").StringVar(&c.configFile)
 	app.Flag("simulate", "Run against the built-in platform simulator (demo credentials and organization; no other flag needed).").BoolVar(&c.simulate)
 	return c
 }
@@ -78,6 +86,12 @@ func (c *commonFlags) resolve() error {
 	p.Resolve()
 	c.apiURL, c.authURL, c.environmentIDs = p.APIURL, p.AuthURL, p.EnvironmentIDs
 	c.organizationIDs = cli.SplitList(c.organizationIDs...)
+	c.config = exportconfig.Default()
+	if c.configFile != "" {
+		if c.config, err = exportconfig.Load(c.configFile); err != nil {
+			return fmt.Errorf("--config.file: %w", err)
+		}
+	}
 	if c.simulate {
 		return nil
 	}
@@ -186,15 +200,19 @@ func dateObserver(pc *schedule.PlatformClock) platform.DateObserver {
 	return pc
 }
 
-// environments returns the sharded environment discovery of the flags; call
-// it after clients.
+// environments returns the sharded environment discovery of the flags and
+// the config file's environment filter; call it after clients.
 func (h *host) environments(cl *apiClients) *schedule.Discovery {
-	return &schedule.Discovery{
+	d := &schedule.Discovery{
 		Accounts:      cl.Accounts,
 		Organizations: h.common.organizationIDs,
 		Static:        h.common.environmentIDs,
 		Shard:         h.common.shard,
 	}
+	if h.common.config.FiltersEnvironments() {
+		d.Filter = h.common.config
+	}
+	return d
 }
 
 // close stops what the host started (the simulator).

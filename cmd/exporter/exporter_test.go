@@ -78,7 +78,7 @@ func TestEveryDatasetMetricAndEnvironment(t *testing.T) {
 	for _, ds := range datasets {
 		// Every metric of the descriptor appears under its contract name.
 		for _, m := range te.sim.DatasetMetrics(ds) {
-			name, _ := promsink.Name(ds, m)
+			name, _ := promsink.Name(promsink.DefaultPrefix, ds, m)
 			if !strings.Contains(string(body), "\n"+name+"{") {
 				t.Errorf("metric %s of %s not exposed as %s", m, ds, name)
 			}

@@ -332,7 +332,7 @@ func truth(t *testing.T, sim *platformsim.Server, envs []string, datasets []stri
 					if math.IsNaN(v) {
 						continue
 					}
-					name, pct := promsink.Name(ds, m)
+					name, pct := promsink.Name(promsink.DefaultPrefix, ds, m)
 					ml := lbl
 					if pct != "" {
 						ml = map[string]string{"percentile": pct}

@@ -27,7 +27,7 @@ func attrString(attrs map[string]string) string {
 
 // simSeries returns the OTLP stream of metric m of a simulator row.
 func (te *testExporter) simSeries(ds, env string, labels []string, m string) otlpSeries {
-	name, pct := otel.MetricName(ds, m)
+	name, pct := otel.MetricName(otel.DefaultPrefix, ds, m)
 	attrs := map[string]string{otel.AttrEnvironment: env}
 	for i, l := range te.sim.DatasetLabels(ds) {
 		attrs[l] = labels[i]
@@ -217,7 +217,7 @@ func (te *testExporter) checkOTLP(label string, pts []otlptest.Point, c otlpChec
 	metricIndex := map[string]int{}
 	for _, ds := range te.sim.DatasetNames() {
 		for i, m := range te.sim.DatasetMetrics(ds) {
-			name, pct := otel.MetricName(ds, m)
+			name, pct := otel.MetricName(otel.DefaultPrefix, ds, m)
 			metricIndex[name+"|"+pct] = i
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/edgepipe/edgepipe/internal/cli"
+	"github.com/edgepipe/edgepipe/internal/exportconfig"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/otel"
 	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
@@ -39,6 +40,7 @@ type runFlags struct {
 	stateDir          string
 	seriesTTL         time.Duration
 	gaugeMaxAge       time.Duration
+	maxSeries         int
 	shutdownTimeout   time.Duration
 	web               *cli.Web
 }
@@ -65,6 +67,9 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 		Default(promsink.DefaultSeriesTTL.String()).DurationVar(&f.seriesTTL)
 	cmd.Flag("prometheus.gauge-max-age", "Hide the gauges of a label set whose newest bucket is this much older than the dataset's newest (its counters stay).").
 		Default(promsink.DefaultGaugeMaxAge.String()).DurationVar(&f.gaugeMaxAge)
+	cmd.Flag("prometheus.max-series", "Most series /metrics holds (label sets × their dataset's metrics); beyond it new label sets are "+
+		"refused, counted in edgepipe_series_limit_dropped_total{dataset} and logged, while those held keep updating. 0: no limit.").
+		Default(fmt.Sprint(promsink.DefaultMaxSeries)).IntVar(&f.maxSeries)
 	cmd.Flag("shutdown-timeout", "How long shutdown may take to flush sinks.").Default("10s").DurationVar(&f.shutdownTimeout)
 	f.web = cli.AddWebFlags(cmd, DefaultListenAddress)
 	return f
@@ -130,14 +135,16 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 	g.Add(cli.ContextActor(ctx))
 	g.Add(srv.Actor(5 * time.Second))
 	schedCtx, stopSched := context.WithCancel(context.Background())
-	// Only a configuration error (an unknown --dataset) ends the scheduler
-	// before it is interrupted.
+	// Only a configuration error (an unknown --dataset, a config file that
+	// does not fit the platform's datasets) ends the scheduler before it is
+	// interrupted.
 	g.Add(func() error { return x.sched.Run(schedCtx) }, func(error) { stopSched() })
 	if deps.ready != nil {
 		deps.ready <- x
 	}
 	h.log.Info("exporter running", "granularity", h.common.granularity, "poll_interval", f.pollInterval,
-		"settle_window", x.sched.SettleWindow(), "shard", fmt.Sprintf("%d/%d", h.common.shard.Index, h.common.shard.Count))
+		"settle_window", x.sched.SettleWindow(), "shard", fmt.Sprintf("%d/%d", h.common.shard.Index, h.common.shard.Count),
+		"config_file", h.common.config.Source, "prefix", h.common.config.Prefix, "max_series", f.maxSeries)
 	err = g.Run()
 	h.log.Info("exporter stopped")
 	return err
@@ -181,15 +188,17 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		return nil, err
 	}
 
+	if f.maxSeries < 0 {
+		return nil, fmt.Errorf("--prometheus.max-series must not be negative, got %d", f.maxSeries)
+	}
+
 	tracker, err := openState(h, f, x)
 	if err != nil {
 		return nil, err
 	}
-
-	x.collector = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge})
-	if err = x.reg.Register(x.collector); err != nil {
-		return nil, fmt.Errorf("register collector: %w", err)
-	}
+	cfg := h.common.config
+	x.collector = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge,
+		Prefix: cfg.Prefix, MaxSeries: f.maxSeries, Logger: h.log.With("sink", "prometheus")})
 	pubs := []schedule.NamedPublisher{{Name: "prometheus", Publisher: x.collector}}
 
 	otlp := otel.Enabled(f.otlpEndpoint)
@@ -210,7 +219,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		if err != nil {
 			return nil, err
 		}
-		sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg,
+		sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg, Prefix: cfg.Prefix,
 			Logger: h.log.With("sink", "otlp"), Temporality: temporality})
 		if err != nil {
 			return nil, err
@@ -246,7 +255,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		Concurrency:       f.concurrency,
 		Jitter:            f.jitter,
 		Datasets:          f.datasets,
-		DatasetSource:     cl.Metrics,
+		DatasetSource:     &exportconfig.DatasetSource{Source: cl.Metrics, Config: cfg, Logger: h.log.With("component", "config")},
 		Environments:      h.environments(cl),
 		Fetcher:           cl.Metrics,
 		Resume:            resume,
@@ -262,7 +271,10 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	if err != nil {
 		return nil, err
 	}
-	x.metrics = cli.MetricsHandler(x.reg, h.log)
+	x.metrics, err = promsink.Handler(x.reg, x.collector, func(err error) { cli.LogServeError(h.log, "/metrics", err) })
+	if err != nil {
+		return nil, fmt.Errorf("/metrics handler: %w", err)
+	}
 	x.handler = newHandler(x.sched)
 	return x, nil
 }

@@ -180,7 +180,7 @@ func (l *promhttpLog) Println(v ...any) {
 	if err != nil && ClientGone(err) {
 		if !l.gone {
 			l.gone = true
-			l.log.Debug("serving /metrics: the scraper went away", "err", err)
+			l.log.Debug("serving /metrics: the client went away", "err", err)
 		}
 		return
 	}

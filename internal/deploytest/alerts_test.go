@@ -282,3 +282,87 @@ func TestStateNotSavedAlert(t *testing.T) {
 		t.Fatalf("promtool test rules: %v\n%s\n--- test file ---\n%s", err, out, testFile)
 	}
 }
+
+// TestSeriesLimitAlert: with promtool test rules on the chart's rendered
+// rules, label sets refused by the series budget for 15 minutes fire
+// EdgepipeSeriesLimitReached for their dataset, and a budget reached once
+// and then no longer does not. Then, live: the real exporter with
+// --prometheus.max-series far below the need, scraped by a real Prometheus
+// with the Operator's labels, makes the alert expression true.
+func TestSeriesLimitAlert(t *testing.T) {
+	ruleFile, rules := alertRules(t)
+	r := rules["EdgepipeSeriesLimitReached"]
+	if r == nil {
+		t.Fatal("the chart has no EdgepipeSeriesLimitReached alert")
+	}
+	ns, pod := exporterSelector(t, fmt.Sprint(r["expr"]))
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), ruleFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	series := func(dataset, values string) map[string]string {
+		return map[string]string{"series": fmt.Sprintf(`edgepipe_series_limit_dropped_total{namespace=%q,pod=%q,dataset=%q}`, ns, pod, dataset),
+			"values": values}
+	}
+	labels := map[string]string{"namespace": ns, "pod": pod, "dataset": "edge_usage_by_country"}
+	ann := map[string]string{}
+	for k, v := range r["annotations"].(map[string]any) {
+		ann[k] = expand(fmt.Sprint(v), labels)
+	}
+	exp := map[string]string{"severity": fmt.Sprint(r["labels"].(map[string]any)["severity"])}
+	for k, v := range labels {
+		exp[k] = v
+	}
+	tests := map[string]any{
+		"rule_files":          []string{"rules.yml"},
+		"evaluation_interval": "1m",
+		"tests": []map[string]any{{
+			"interval": "1m",
+			"input_series": []map[string]string{
+				series("edge_usage_by_country", "0+31x60"), // refused at every poll
+				series("edge_errors", "0 5 5x58"),          // once, then room
+			},
+			"alert_rule_test": []map[string]any{
+				{"eval_time": "10m", "alertname": "EdgepipeSeriesLimitReached", "exp_alerts": []any{}}, // pending
+				{"eval_time": "40m", "alertname": "EdgepipeSeriesLimitReached",
+					"exp_alerts": []any{map[string]any{"exp_labels": exp, "exp_annotations": ann}}},
+			},
+		}},
+	}
+	testFile, err := yaml.Marshal(tests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules_test.yml"), testFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(testenv.Promtool(t), "test", "rules", "rules_test.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s\n--- test file ---\n%s", err, out, testFile)
+	}
+
+	// Live: a budget of 2,000 series for an organization that needs ~40,000.
+	bins := buildCommands(t, "exporter")
+	exporterAddr := testenv.FreeAddr(t)
+	startProgram(t, bins["exporter"], "--simulate", "--web.listen-address="+exporterAddr,
+		"--prometheus.max-series=2000", "--poll-interval=2s", "--poll.jitter=0s")
+	prom := testenv.PrometheusScrape(t, testenv.ScrapeJob{Name: "edgepipe-exporter", Targets: []string{exporterAddr},
+		Labels: map[string]string{"namespace": ns, "pod": pod}})
+	prom.WaitTargetsUp(t, 60*time.Second)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		vec := prom.QueryVector(t, fmt.Sprint(r["expr"]))
+		if len(vec) > 0 {
+			t.Logf("EdgepipeSeriesLimitReached for %d datasets, e.g. %v", len(vec), vec[0].Metric)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the alert expression stayed false with the budget far below the need")
+		}
+		time.Sleep(time.Second)
+	}
+	if v := prom.QueryVector(t, `count({__name__=~"cdn_.+"})`); len(v) != 1 || v[0].Value > 2000 {
+		t.Errorf("Prometheus stored %v cdn series, budget 2000", v)
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/edgepipe/edgepipe/internal/exportconfig"
 	"github.com/edgepipe/edgepipe/internal/rtld"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 	"github.com/edgepipe/edgepipe/internal/testenv"
@@ -147,6 +148,11 @@ func TestChartDefaults(t *testing.T) {
 	if !c.hasArg("--simulate") {
 		t.Errorf("default values (simulate: true) do not pass --simulate: %v", c.Args)
 	}
+	for _, flag := range []string{"--config.file", "--prometheus.max-series"} {
+		if v, ok := c.argValue(flag); ok {
+			t.Errorf("default values pass %s=%s: the exporter's default must apply", flag, v)
+		}
+	}
 	assertExporterState(t, m, exporter, false)
 	assertReceiverSpool(t, m, 2)
 	assertReceiverSizes(t, m)
@@ -194,6 +200,10 @@ func TestChartProduction(t *testing.T) {
 		}
 	}
 	assertClickHouseClusterArgs(t, "exporter", c)
+	assertExporterConfig(t, m, exporter)
+	if v, _ := c.argValue("--prometheus.max-series"); v != "200000" {
+		t.Errorf("--prometheus.max-series = %q, want 200000", v)
+	}
 	if v, _ := c.argValue("--otlp.temporality"); v != "cumulative" {
 		t.Errorf("--otlp.temporality = %q, want cumulative (the default)", v)
 	}
@@ -331,6 +341,46 @@ func TestChartProduction(t *testing.T) {
 	assertAlertRules(t, m)
 }
 
+// assertExporterConfig checks that exporter.config becomes a ConfigMap the
+// exporter reads as --config.file from a read-only mount, that its content
+// is a valid config file, and that a change of it rolls the pods.
+func assertExporterConfig(t *testing.T, m manifests, w workload) {
+	t.Helper()
+	c := w.Spec.Template.Spec.Containers[0]
+	path, ok := c.argValue("--config.file")
+	if !ok {
+		t.Fatalf("exporter.config set, but no --config.file in %v", c.Args)
+	}
+	var cm struct {
+		Data map[string]string `yaml:"data"`
+	}
+	m.get(t, "ConfigMap", "ci-edgepipe-exporter-config").decode(t, &cm)
+	cfg, err := exportconfig.Parse([]byte(cm.Data[filepath.Base(path)]), "exporter.config")
+	if err != nil {
+		t.Fatalf("the rendered config file is not valid: %v", err)
+	}
+	if len(cfg.Datasets) != 6 || len(cfg.Exclude) != 1 || cfg.Datasets[0].Dimensions == nil {
+		t.Errorf("the rendered config file lost something: %+v", cfg)
+	}
+	found := false
+	for _, vm := range c.VolumeMounts {
+		if vm.MountPath != filepath.Dir(path) {
+			continue
+		}
+		for _, v := range w.Spec.Template.Spec.Volumes {
+			if v.Name == vm.Name && v.ConfigMap != nil && v.ConfigMap.Name == "ci-edgepipe-exporter-config" && vm.ReadOnly {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Errorf("%s is not on a read-only mount of ConfigMap ci-edgepipe-exporter-config", path)
+	}
+	if w.Spec.Template.Metadata.Annotations["checksum/config"] == "" {
+		t.Error("no checksum/config annotation: a changed config would not roll the pods")
+	}
+}
+
 // assertAlertRules checks the PrometheusRule with promtool (Debian's
 // prometheus package): every expression parses, every alert is well formed.
 func assertAlertRules(t *testing.T, m manifests) {
@@ -451,6 +501,11 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"ingest memory below one request", []string{"receiver.ingest.maxMemoryBytes=32MiB"}, "receiver.ingest.maxMemoryBytes=32MiB cannot hold one request"},
 		{"memory limit without binary unit", []string{"receiver.resources.limits.memory=1G"}, "receiver.resources.limits.memory"},
 		{"unknown value", []string{"exporter.pollIntervall=1m"}, "pollIntervall"},
+		{"unknown config key", []string{"exporter.config.datasets.edge_errors.dimensons[0]=country_code"}, "dimensons"},
+		{"config percentile out of range", []string{"exporter.config.datasets.edge_errors.percentiles[0]=100"}, "percentiles"},
+		{"empty environment selector", []string{"exporter.config.environments.exclude[0].nam=qa"}, "nam"},
+		{"config and existing ConfigMap", []string{"exporter.config.prefix=cdn", "exporter.existingConfigMap=mine"}, "not both"},
+		{"negative series budget", []string{"exporter.maxSeries=-1"}, "maxSeries"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", releaseName, chartDir, "--kube-version", kubeVersion}

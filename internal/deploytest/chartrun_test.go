@@ -31,7 +31,8 @@ import (
 // built-in simulator:
 //
 //   - the chart's defaults (the simulator demo);
-//   - production values: sharded exporter with ClickHouse and OTLP, receiver
+//   - production values: sharded exporter with ClickHouse, OTLP and a config
+//     file (checked against the simulator's datasets at start), receiver
 //     with Kafka and ClickHouse;
 //   - web-config values: both listeners serving TLS from the chart's web
 //     config Secret and a mounted certificate Secret, probed over HTTPS as
@@ -92,7 +93,8 @@ func runRenderedPrograms(t *testing.T, m manifests, https bool) {
 
 		// Volumes: a directory per mount; Secret volumes filled with the
 		// rendered Secret's data, or a fresh certificate for a TLS Secret
-		// the chart references but does not create.
+		// the chart references but does not create; ConfigMap volumes with
+		// the rendered ConfigMap's data.
 		var mounts []string
 		for _, vm := range c.VolumeMounts {
 			mounts = append(mounts, vm.MountPath, filepath.Join(tmp, "volume-"+vm.Name))
@@ -104,11 +106,15 @@ func runRenderedPrograms(t *testing.T, m manifests, https bool) {
 				t.Fatal(err)
 			}
 			for _, v := range ps.Volumes {
-				if v.Name != vm.Name || v.Secret == nil {
+				if v.Name != vm.Name || v.Secret == nil && v.ConfigMap == nil {
 					continue
 				}
-				files := secretFiles(t, m, v.Secret.SecretName)
-				if files == nil {
+				var files map[string]string
+				if v.ConfigMap != nil {
+					if files = configMapFiles(t, m, v.ConfigMap.Name); files == nil {
+						t.Fatalf("%s: volume %s names ConfigMap %s, which the chart does not render", key, v.Name, v.ConfigMap.Name)
+					}
+				} else if files = secretFiles(t, m, v.Secret.SecretName); files == nil {
 					files = selfSignedTLS(t)
 				}
 				for name, content := range files {
@@ -242,6 +248,22 @@ func secretFiles(t *testing.T, m manifests, name string) map[string]string {
 			files[k] = v
 		}
 		return files
+	}
+	return nil
+}
+
+// configMapFiles returns the files a ConfigMap volume of the rendered
+// ConfigMap name holds, or nil when the chart does not render it.
+func configMapFiles(t *testing.T, m manifests, name string) map[string]string {
+	t.Helper()
+	for _, o := range m.ofKind("ConfigMap") {
+		if o.Metadata.Name == name {
+			var c struct {
+				Data map[string]string `yaml:"data"`
+			}
+			o.decode(t, &c)
+			return c.Data
+		}
 	}
 	return nil
 }

@@ -23,6 +23,10 @@ import (
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
+// leanConfig is the example config of a large organization: most
+// dimensions aggregated away by the API.
+const leanConfig = "../../examples/lean.yaml"
+
 // staleRetries is how often TestDashboardsEndToEnd runs a query again that
 // returned no data, two scrape intervals later each time: a scrape that timed
 // out on a loaded machine leaves the target's series stale until the next
@@ -35,7 +39,9 @@ const staleRetries = 10
 // real ClickHouse. Variables are resolved the way Grafana resolves them, by
 // running the variables' own queries; every target then runs twice, with
 // every variable on "All" and with each variable on its busiest value, and
-// must succeed and return data.
+// must succeed and return data. It does so twice: with the exporter's
+// default selection, and with the lean example config (examples/lean.yaml),
+// where panels by a dimension that config aggregates away show the total.
 func TestDashboardsEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole pipeline")
@@ -44,34 +50,52 @@ func TestDashboardsEndToEnd(t *testing.T) {
 	ch := testenv.ClickHouse(t)
 	db := ch.NewDatabase(t)
 
-	// The exporter writes to ClickHouse and OTLP too, so the dashboards'
-	// sink panels have data.
-	_, otlpAddr := otlptest.StartGRPC(t)
-	exporterAddr, receiverAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	startProgram(t, bins["exporter"],
-		"--simulate",
-		"--web.listen-address="+exporterAddr,
-		"--clickhouse.dsn="+ch.DSN(ch.NewDatabase(t)),
-		"--otlp.endpoint=http://"+otlpAddr,
-		// As the chart runs it: a first start counts its first poll, so
-		// counters and OTLP sums have data at once.
-		"--state.dir="+filepath.Join(t.TempDir(), "state"),
-		// Poll often: the simulator's counts grow between polls (late
-		// data), so counters move and rates are non-zero within seconds.
-		"--poll-interval=2s",
-		"--poll.jitter=0s",
-	)
+	receiverAddr := testenv.FreeAddr(t)
 	startProgram(t, bins["rtld-receiver"],
 		"--simulate",
 		"--web.listen-address="+receiverAddr,
 		"--spool.dir="+filepath.Join(t.TempDir(), "spool"),
 		"--clickhouse.dsn="+ch.DSN(db),
 	)
-	prom := testenv.PrometheusScrape(t,
-		testenv.ScrapeJob{Name: "edgepipe-exporter", Targets: []string{exporterAddr}},
-		testenv.ScrapeJob{Name: "edgepipe-receiver", Targets: []string{receiverAddr}},
-	)
-	prom.WaitTargetsUp(t, 90*time.Second)
+	// One exporter (and one Prometheus) per selection. Each writes to
+	// ClickHouse and OTLP too, so the dashboards' sink panels have data.
+	lean, err := filepath.Abs(leanConfig) // the programs run in a directory of their own
+	if err != nil {
+		t.Fatal(err)
+	}
+	type pipeline struct {
+		name string
+		prom *testenv.PrometheusServer
+	}
+	var pipelines []pipeline
+	for _, sel := range []struct {
+		name string
+		args []string
+	}{{"default selection", nil}, {"lean config", []string{"--config.file=" + lean}}} {
+		_, otlpAddr := otlptest.StartGRPC(t)
+		exporterAddr := testenv.FreeAddr(t)
+		startProgram(t, bins["exporter"], append([]string{
+			"--simulate",
+			"--web.listen-address=" + exporterAddr,
+			"--clickhouse.dsn=" + ch.DSN(ch.NewDatabase(t)),
+			"--otlp.endpoint=http://" + otlpAddr,
+			// As the chart runs it: a first start counts its first poll, so
+			// counters and OTLP sums have data at once.
+			"--state.dir=" + filepath.Join(t.TempDir(), "state"),
+			// Poll often: the simulator's counts grow between polls (late
+			// data), so counters move and rates are non-zero within seconds.
+			"--poll-interval=2s",
+			"--poll.jitter=0s",
+		}, sel.args...)...)
+		prom := testenv.PrometheusScrape(t,
+			testenv.ScrapeJob{Name: "edgepipe-exporter", Targets: []string{exporterAddr}},
+			testenv.ScrapeJob{Name: "edgepipe-receiver", Targets: []string{receiverAddr}},
+		)
+		pipelines = append(pipelines, pipeline{sel.name, prom})
+	}
+	for _, p := range pipelines {
+		p.prom.WaitTargetsUp(t, 90*time.Second)
+	}
 
 	opts, err := clickhouse.ParseDSN(ch.DSN(db))
 	if err != nil {
@@ -87,19 +111,21 @@ func TestDashboardsEndToEnd(t *testing.T) {
 	// few scrapes after both so rates have two samples.
 	started := time.Now()
 	waitFor(t, 3*time.Minute, func(ctx context.Context) error {
-		for _, q := range []string{
-			`count(cdn_edge_usage_by_country_requests_edge_total) > 0`,
-			`count(cdn_origin_errors_requests_origin_total) > 0`,
-			`sum(edgepipe_rtld_records_received_total{status="accepted"}) > 0`,
-			`sum(edgepipe_clickhouse_rows_written_total) > 0`,
-			`sum(edgepipe_otlp_exported_points_total) > 0`,
-		} {
-			v, err := prom.Query(ctx, q)
-			if err != nil {
-				return err
-			}
-			if vec, ok := v.(model.Vector); !ok || len(vec) == 0 {
-				return fmt.Errorf("no data yet for %s", q)
+		for _, p := range pipelines {
+			for _, q := range []string{
+				`count(cdn_edge_usage_by_country_requests_edge_total) > 0`,
+				`count(cdn_origin_errors_requests_origin_total) > 0`,
+				`sum(edgepipe_rtld_records_received_total{status="accepted"}) > 0`,
+				`sum(edgepipe_clickhouse_rows_written_total) > 0`,
+				`sum(edgepipe_otlp_exported_points_total) > 0`,
+			} {
+				v, err := p.prom.Query(ctx, q)
+				if err != nil {
+					return err
+				}
+				if vec, ok := v.(model.Vector); !ok || len(vec) == 0 {
+					return fmt.Errorf("%s: no data yet for %s", p.name, q)
+				}
 			}
 		}
 		n, err := countRows(conn, "SELECT 1 FROM access_logs LIMIT 1")
@@ -110,6 +136,12 @@ func TestDashboardsEndToEnd(t *testing.T) {
 	})
 	t.Logf("pipeline data in Prometheus and ClickHouse after %s", time.Since(started).Round(time.Second))
 	time.Sleep(10 * testenv.PrometheusScrapeInterval)
+	// The lean config really aggregates: no country label on edge usage.
+	if v, err := pipelines[1].prom.Query(context.Background(), `count(cdn_edge_usage_by_country_requests_edge_total{country_code!=""})`); err != nil {
+		t.Fatal(err)
+	} else if vec, _ := v.(model.Vector); len(vec) > 0 {
+		t.Fatalf("the lean exporter still exports country_code: %v", vec)
+	}
 
 	ds := loadDashboards(t)
 	now := time.Now()
@@ -123,61 +155,63 @@ func TestDashboardsEndToEnd(t *testing.T) {
 		Vars:         map[string][]string{},
 		All:          map[string]bool{},
 	}
-	for _, d := range ds {
-		t.Run(d.File, func(t *testing.T) {
-			all, one := resolveVariables(t, d, base, prom, conn)
-			qs, err := d.Queries()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ran := 0
-			defer func() { t.Logf("%d queries run and returned data", ran) }()
-			for _, q := range qs {
-				if q.Variable {
-					continue // ran while resolving
+	for _, p := range pipelines {
+		for _, d := range ds {
+			t.Run(p.name+"/"+d.File, func(t *testing.T) {
+				all, one := resolveVariables(t, d, base, p.prom, conn)
+				qs, err := d.Queries()
+				if err != nil {
+					t.Fatal(err)
 				}
-				for _, sel := range []struct {
-					name string
-					v    Values
-				}{{"all", all}, {"one value", one}} {
-					v := sel.v
-					text, err := Expand(d, q, v)
-					if err != nil {
-						t.Errorf("%s: %v", q.Where, err)
-						continue
+				ran := 0
+				defer func() { t.Logf("%d queries run and returned data", ran) }()
+				for _, q := range qs {
+					if q.Variable {
+						continue // ran while resolving
 					}
-					var n int
-					for try := 0; ; try++ {
-						switch q.Language {
-						case PromQL:
-							n, err = runPromQL(prom.API(), text, q.Instant, v)
-						case ClickHouseSQL:
-							n, err = countRows(conn, text)
+					for _, sel := range []struct {
+						name string
+						v    Values
+					}{{"all", all}, {"one value", one}} {
+						v := sel.v
+						text, err := Expand(d, q, v)
+						if err != nil {
+							t.Errorf("%s: %v", q.Where, err)
+							continue
 						}
-						if (err == nil && n > 0) || try == staleRetries {
-							break
+						var n int
+						for try := 0; ; try++ {
+							switch q.Language {
+							case PromQL:
+								n, err = runPromQL(p.prom.API(), text, q.Instant, v)
+							case ClickHouseSQL:
+								n, err = countRows(conn, text)
+							}
+							if (err == nil && n > 0) || try == staleRetries {
+								break
+							}
+							// Ask again at a later time: a query evaluated where
+							// a scrape failed finds stale series however often
+							// it runs.
+							time.Sleep(2 * testenv.PrometheusScrapeInterval)
+							shift := time.Since(v.To)
+							v.From, v.To = v.From.Add(shift), v.To.Add(shift)
+							if text, err = Expand(d, q, v); err != nil {
+								break
+							}
 						}
-						// Ask again at a later time: a query evaluated where
-						// a scrape failed finds stale series however often
-						// it runs.
-						time.Sleep(2 * testenv.PrometheusScrapeInterval)
-						shift := time.Since(v.To)
-						v.From, v.To = v.From.Add(shift), v.To.Add(shift)
-						if text, err = Expand(d, q, v); err != nil {
-							break
+						switch {
+						case err != nil:
+							t.Errorf("%s (%s): %v\n%s", q.Where, sel.name, err, text)
+						case n == 0:
+							t.Errorf("%s (%s): no data\n%s", q.Where, sel.name, text)
+						default:
+							ran++
 						}
-					}
-					switch {
-					case err != nil:
-						t.Errorf("%s (%s): %v\n%s", q.Where, sel.name, err, text)
-					case n == 0:
-						t.Errorf("%s (%s): no data\n%s", q.Where, sel.name, text)
-					default:
-						ran++
 					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
@@ -185,7 +219,9 @@ func TestDashboardsEndToEnd(t *testing.T) {
 // Grafana does: a variable's query sees the values chosen for the variables
 // before it. It returns two selections: every variable on All, and every
 // variable on one value (the busiest one: the largest sum of the variable's
-// metric, so the selection shows traffic).
+// metric, so the selection shows traffic). A variable whose query finds no
+// value (its label aggregated away by the exporter's config) offers only
+// All, as in Grafana, and is on All in both.
 func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.PrometheusServer, conn driver.Conn) (all, one Values) {
 	t.Helper()
 	all, one = base, base
@@ -200,6 +236,7 @@ func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.Prom
 			continue
 		}
 		name := strings.TrimPrefix(q.Where, "variable ")
+		variable, _ := d.Variable(name)
 		for _, sel := range []struct {
 			v   *Values
 			all bool
@@ -212,23 +249,32 @@ func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.Prom
 			switch {
 			case q.Language == ClickHouseSQL:
 				vals, err = sqlFirstColumn(conn, text)
-			case sel.all:
-				vals, err = promLabelValues(prom.API(), text, base)
 			default:
-				vals, err = promBusiestValue(prom.API(), text, base)
+				vals, err = promLabelValues(prom.API(), text, base)
+				if err == nil && len(vals) > 0 && !sel.all {
+					vals, err = promBusiestValue(prom.API(), text, base)
+				}
 			}
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", q.Where, err, text)
 			}
 			if len(vals) == 0 {
-				t.Fatalf("%s: no values\n%s", q.Where, text)
+				if !variable.IncludeAll || variable.AllValue == "" {
+					t.Fatalf("%s: no values, and no All value to fall back to\n%s", q.Where, text)
+				}
+				sel.v.Vars[name], sel.v.All[name] = nil, true
+				continue
 			}
 			if !sel.all {
 				vals = vals[:1]
 			}
 			sel.v.Vars[name], sel.v.All[name] = vals, sel.all
 		}
-		t.Logf("$%s: %d values; single selection %s", name, len(all.Vars[name]), one.Vars[name][0])
+		if one.All[name] {
+			t.Logf("$%s: no values; All", name)
+		} else {
+			t.Logf("$%s: %d values; single selection %s", name, len(all.Vars[name]), one.Vars[name][0])
+		}
 	}
 	return all, one
 }

@@ -79,6 +79,9 @@ type podSpec struct {
 		Secret *struct {
 			SecretName string `yaml:"secretName"`
 		} `yaml:"secret"`
+		ConfigMap *struct {
+			Name string `yaml:"name"`
+		} `yaml:"configMap"`
 		EmptyDir              map[string]any `yaml:"emptyDir"`
 		PersistentVolumeClaim map[string]any `yaml:"persistentVolumeClaim"`
 	} `yaml:"volumes"`

@@ -141,6 +141,11 @@ type Dataset struct {
 	Dimensions        []Dimension   `json:"dimensions"`
 	Metrics           []Metric      `json:"metrics"`
 	Filters           []Filter      `json:"filters"`
+	// Aggregated lists the label dimensions of the platform's descriptor
+	// that this view of the dataset leaves out (see Select): queries do
+	// not ask for them, so the API aggregates over them. Empty for a
+	// descriptor as the API sent it.
+	Aggregated []string `json:"-"`
 }
 
 // Labels returns the dataset's dimensions other than time and environment_id,
@@ -153,6 +158,16 @@ func (d *Dataset) Labels() []Dimension {
 			continue
 		}
 		out = append(out, dim)
+	}
+	return out
+}
+
+// LabelNames returns the names of Labels.
+func (d *Dataset) LabelNames() []string {
+	labels := d.Labels()
+	out := make([]string, len(labels))
+	for i, l := range labels {
+		out[i] = l.Name
 	}
 	return out
 }

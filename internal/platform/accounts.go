@@ -106,34 +106,6 @@ func (a *Accounts) Environments(ctx context.Context, propertyID string) ([]Envir
 	return es, nil
 }
 
-// PropertyIDs lists the IDs of every property of an organization, walking
-// all pages.
-func (a *Accounts) PropertyIDs(ctx context.Context, organizationID string) ([]string, error) {
-	ps, err := a.Properties(ctx, organizationID)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(ps))
-	for i, p := range ps {
-		ids[i] = p.ID
-	}
-	return ids, nil
-}
-
-// EnvironmentIDs lists the IDs of every environment of a property, walking
-// all pages.
-func (a *Accounts) EnvironmentIDs(ctx context.Context, propertyID string) ([]string, error) {
-	es, err := a.Environments(ctx, propertyID)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(es))
-	for i, e := range es {
-		ids[i] = e.ID
-	}
-	return ids, nil
-}
-
 // OrganizationEnvironments lists every environment of every property of an
 // organization.
 func (a *Accounts) OrganizationEnvironments(ctx context.Context, organizationID string) ([]Environment, error) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -262,4 +263,62 @@ func TestEnvironmentsChange(t *testing.T) {
 	if len(srv.Environments()) != 25 {
 		t.Fatalf("%d environments after one added and one removed", len(srv.Environments()))
 	}
+}
+
+// TestWorldOf1000Environments is the world make bench-scale polls: 1,000
+// environments in 10 properties, 100 each, with distinct IDs and, within a
+// property, distinct names; every environment has edge traffic in the last
+// hour, and the sizes vary as in a real organization (a few big production
+// environments carry most of it).
+func TestWorldOf1000Environments(t *testing.T) {
+	srv := platformsim.New(platformsim.Config{Seed: 1, Properties: 10, Environments: 1000})
+	defer srv.Close()
+	props, envs := srv.Properties(), srv.Environments()
+	if len(props) != 10 || len(envs) != 1000 {
+		t.Fatalf("%d properties, %d environments", len(props), len(envs))
+	}
+	ids := map[string]bool{}
+	names := map[string]bool{}
+	perProp := map[string]int{}
+	for _, e := range envs {
+		if ids[e.ID] || names[e.PropertyID+"/"+e.Name] {
+			t.Fatalf("environment %s %q repeats an ID or a name in its property", e.ID, e.Name)
+		}
+		ids[e.ID], names[e.PropertyID+"/"+e.Name] = true, true
+		perProp[e.PropertyID]++
+	}
+	for _, p := range props {
+		if perProp[p.ID] != 100 {
+			t.Errorf("property %s has %d environments, want 100", p.Slug, perProp[p.ID])
+		}
+	}
+	at := time.Date(2026, 11, 23, 14, 0, 0, 0, time.UTC)
+	var totals []float64
+	for _, e := range envs {
+		rows, err := srv.Rows("edge_usage_by_country", e.ID, "FIVE_MINUTES", at.Add(-time.Hour), at, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 0.0
+		for _, r := range rows {
+			total += r.Values[0] // requests_edge_total
+		}
+		if total == 0 {
+			t.Errorf("environment %s (%s) has no edge traffic in an hour", e.ID, e.Name)
+		}
+		totals = append(totals, total)
+	}
+	slices.Sort(totals)
+	sum, top := 0.0, 0.0
+	for i, v := range totals {
+		sum += v
+		if i >= len(totals)-100 {
+			top += v
+		}
+	}
+	if share := top / sum; share < 0.3 || share > 0.95 {
+		t.Errorf("the biggest 10%% of environments carry %.0f%% of the traffic", 100*share)
+	}
+	t.Logf("an hour of edge requests: %.3g in total, biggest 10%% of environments %.0f%%, median environment %.3g",
+		sum, 100*top/sum, totals[len(totals)/2])
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/edgepipe/edgepipe/internal/platform"
 )
 
 func TestShardsAreDisjointAndCoverEverything(t *testing.T) {
@@ -53,24 +55,55 @@ func TestShardValidate(t *testing.T) {
 }
 
 type fakeAccounts struct {
-	props map[string][]string
-	envs  map[string][]string
-	fail  string
+	props   map[string][]string
+	envs    map[string][]string
+	fail    string
+	lookups int
 }
 
-func (f *fakeAccounts) PropertyIDs(_ context.Context, org string) ([]string, error) {
+func (f *fakeAccounts) Properties(_ context.Context, org string) ([]platform.Property, error) {
 	if f.fail == org {
 		return nil, errors.New("503")
 	}
-	return f.props[org], nil
+	var out []platform.Property
+	for _, id := range f.props[org] {
+		out = append(out, platform.Property{ID: id, OrganizationID: org, Slug: "slug-" + id})
+	}
+	return out, nil
 }
 
-func (f *fakeAccounts) EnvironmentIDs(_ context.Context, prop string) ([]string, error) {
+func (f *fakeAccounts) Environments(_ context.Context, prop string) ([]platform.Environment, error) {
 	if f.fail == prop {
 		return nil, errors.New("503")
 	}
-	return f.envs[prop], nil
+	var out []platform.Environment
+	for _, id := range f.envs[prop] {
+		out = append(out, platform.Environment{ID: id, PropertyID: prop, Name: "name-" + id})
+	}
+	return out, nil
 }
+
+func (f *fakeAccounts) Environment(_ context.Context, id string) (*platform.Environment, error) {
+	f.lookups++
+	if f.fail == id {
+		return nil, errors.New("404")
+	}
+	for prop, ids := range f.envs {
+		if slices.Contains(ids, id) {
+			return &platform.Environment{ID: id, PropertyID: prop, Name: "name-" + id}, nil
+		}
+	}
+	return &platform.Environment{ID: id, PropertyID: "p-static", Name: "name-" + id}, nil
+}
+
+func (f *fakeAccounts) Property(_ context.Context, id string) (*platform.Property, error) {
+	return &platform.Property{ID: id, Slug: "slug-" + id}, nil
+}
+
+// filterFunc is an EnvironmentFilter from a function.
+type filterFunc func(platform.Environment, platform.Property) bool
+
+func (f filterFunc) Keep(e platform.Environment, p platform.Property) bool { return f(e, p) }
 
 func TestDiscovery(t *testing.T) {
 	acc := &fakeAccounts{
@@ -88,6 +121,12 @@ func TestDiscovery(t *testing.T) {
 			[]string{"e1", "e2", "e3", "e4", "s1"}, ""},
 		{"property listing fails", Discovery{Accounts: acc, Organizations: []string{"org1"}}, nil, "p2"},
 		{"organization listing fails", Discovery{Accounts: acc, Organizations: []string{"org2"}}, nil, "org2"},
+		{"filter by name and property slug, static included", Discovery{Accounts: acc, Organizations: []string{"org1", "org2"}, Static: []string{"s1", "s2"},
+			Filter: filterFunc(func(e platform.Environment, p platform.Property) bool {
+				return e.Name != "name-e2" && p.Slug != "slug-p3" && e.Name != "name-s2"
+			})}, []string{"e1", "e3", "s1"}, ""},
+		{"static lookup fails with a filter", Discovery{Accounts: acc, Static: []string{"s1"},
+			Filter: filterFunc(func(platform.Environment, platform.Property) bool { return true })}, nil, "s1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,5 +157,21 @@ func TestDiscovery(t *testing.T) {
 	slices.Sort(union)
 	if !slices.Equal(union, []string{"e1", "e2", "e3", "e4"}) {
 		t.Errorf("union of shards %v", union)
+	}
+	// A filtered static environment another shard owns is not looked up.
+	statics := []string{"s1", "s2", "s3", "s4", "s5", "s6"}
+	owned := 0
+	sh := Shard{Index: 1, Count: 3}
+	for _, id := range statics {
+		if sh.Owns(id) {
+			owned++
+		}
+	}
+	acc.lookups = 0
+	d := Discovery{Accounts: acc, Static: statics, Shard: sh,
+		Filter: filterFunc(func(platform.Environment, platform.Property) bool { return true })}
+	got, err := d.Environments(context.Background())
+	if err != nil || len(got) != owned || acc.lookups != owned {
+		t.Errorf("sharded static with filter: %v, %v, %d lookups; want %d of each", got, err, acc.lookups, owned)
 	}
 }

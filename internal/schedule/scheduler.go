@@ -171,6 +171,11 @@ type Scheduler struct {
 // Config.Datasets does not exist or does not offer the granularity.
 var ErrUnknownDataset = errors.New("unknown dataset")
 
+// ErrConfig marks an error of a source that retrying cannot cure (a
+// configuration that does not fit what the platform offers): Run returns an
+// error wrapping it at once instead of retrying the discovery.
+var ErrConfig = errors.New("configuration error")
+
 type loop struct {
 	ds     *metricsapi.Dataset
 	cancel context.CancelFunc
@@ -260,8 +265,9 @@ func (s *Scheduler) Environments() []string {
 // Run discovers environments and datasets, runs one poll loop per dataset
 // and rediscovers every DiscoveryInterval, until ctx is done. It returns
 // after every loop has stopped. Discovery failures are retried; Run returns
-// ctx's error, or an error wrapping ErrUnknownDataset when the first
-// successful discovery does not offer every dataset of Config.Datasets.
+// ctx's error, an error wrapping ErrUnknownDataset when the first
+// successful discovery does not offer every dataset of Config.Datasets, or
+// an error wrapping ErrConfig from a source.
 func (s *Scheduler) Run(ctx context.Context) error {
 	defer s.stopAll()
 	backoff := time.Second
@@ -270,7 +276,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, ErrUnknownDataset) {
+			if errors.Is(err, ErrUnknownDataset) || errors.Is(err, ErrConfig) {
 				return err
 			}
 			s.log.Error("discovery failed", "err", err, "retry_in", backoff)
@@ -547,7 +553,8 @@ func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset) {
 	}
 	s.logProblems(r)
 	s.log.Debug("polled", "dataset", ds.Name, "from", r.From, "to", r.To, "envs", r.Environments,
-		"requests", r.Requests, "rows", r.Rows, "new", r.New, "revisions", r.Revisions, "took", r.Duration)
+		"requests", r.Requests, "rows", r.Rows, "new", r.New, "revisions", r.Revisions,
+		"baseline", r.Baseline, "replayed", r.Replayed, "took", r.Duration)
 	s.mu.Lock()
 	if s.active[ds.Name] == ds {
 		s.polledOK[ds.Name] = true
@@ -561,6 +568,7 @@ func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset) {
 // own timing (tests, one-shot tools) can use the same logic.
 func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport {
 	start := s.clock.Now()
+	began := s.localNow()
 	g := s.cfg.Granularity
 	r := PollReport{Dataset: ds.Name, Start: start}
 	envs := s.Environments()
@@ -577,7 +585,7 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 	}
 	if s.cfg.Resume != nil {
 		if need := s.tracker.needResume(ds.Name, envs); len(need) > 0 {
-			points, err := s.cfg.Resume.Resume(ctx, ds.Name, g, need)
+			points, err := s.cfg.Resume.Resume(ctx, ds, g, need)
 			if err != nil {
 				if ctx.Err() != nil {
 					r.Err = ctx.Err()
@@ -601,12 +609,17 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 	if !from.Before(to) {
 		return r
 	}
+	// The descriptor's dimensions and metrics, explicitly: a descriptor
+	// chosen by a selection (metricsapi.Dataset.Select) has fewer than the
+	// platform's, and the API aggregates the dimensions left out.
 	res, err := s.cfg.Fetcher.Data(ctx, metricsapi.Query{
 		Dataset:      ds.Name,
 		Environments: envs,
 		Granularity:  g,
 		Start:        from,
 		End:          to,
+		Labels:       ds.LabelNames(),
+		Metrics:      ds.MetricNames(),
 	})
 	if res != nil {
 		r.Requests = res.Requests
@@ -614,7 +627,7 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 	if err != nil {
 		r.Err = fmt.Errorf("fetch %s [%s, %s) for %d environments: %w", ds.Name,
 			from.Format(time.RFC3339), to.Format(time.RFC3339), len(envs), err)
-		r.Duration = s.clock.Now().Sub(start)
+		r.Duration = s.localNow().Sub(began)
 		return r
 	}
 	// The platform's newest Date bounds what counts as ended: a bucket
@@ -660,8 +673,17 @@ func (s *Scheduler) Poll(ctx context.Context, ds *metricsapi.Dataset) PollReport
 			}
 		}
 	}
-	r.Duration = s.clock.Now().Sub(start)
+	r.Duration = s.localNow().Sub(began)
 	return r
+}
+
+// localNow is this machine's clock, which durations are measured on: the
+// platform's clock moves by the skew estimate between two readings.
+func (s *Scheduler) localNow() time.Time {
+	if pc, ok := s.clock.(*PlatformClock); ok {
+		return pc.local.Now()
+	}
+	return s.clock.Now()
 }
 
 // logProblems logs, once per poll, what the poll had to leave out, with an

@@ -238,7 +238,7 @@ type fakeResume struct {
 	err    error
 }
 
-func (f *fakeResume) Resume(_ context.Context, ds string, g metricsapi.Granularity, envs []string) (map[string]time.Time, error) {
+func (f *fakeResume) Resume(_ context.Context, _ *metricsapi.Dataset, _ metricsapi.Granularity, envs []string) (map[string]time.Time, error) {
 	f.asked = append(f.asked, slices.Clone(envs))
 	return f.points, f.err
 }

@@ -29,13 +29,14 @@ type EnvironmentSource interface {
 // what a durable sink (ClickHouse) missed while the exporter was down.
 type ResumeSource interface {
 	// Resume returns, per environment of envs, the start of the newest
-	// bucket of dataset at granularity g that is already stored. An
-	// environment missing from the map has nothing stored. The scheduler
-	// asks once per environment, before its first poll, and then fetches
-	// from that point minus the settle window. The implementation bounds
-	// how far back it reaches (e.g. --clickhouse.max-backfill); the
+	// bucket of dataset ds (as polled: a selection's descriptor is stored
+	// apart from the whole dataset's) at granularity g that is already
+	// stored. An environment missing from the map has nothing stored. The
+	// scheduler asks once per environment, before its first poll, and then
+	// fetches from that point minus the settle window. The implementation
+	// bounds how far back it reaches (e.g. --clickhouse.max-backfill); the
 	// scheduler further bounds it to the dataset's retention.
-	Resume(ctx context.Context, dataset string, g metricsapi.Granularity, envs []string) (map[string]time.Time, error)
+	Resume(ctx context.Context, ds *metricsapi.Dataset, g metricsapi.Granularity, envs []string) (map[string]time.Time, error)
 }
 
 // PollReport describes one finished poll of one dataset.

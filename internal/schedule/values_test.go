@@ -367,3 +367,23 @@ func TestTrackerPublishesOnlyValues(t *testing.T) {
 		}
 	}
 }
+
+// TestPollDurationOnTheLocalClock: a poll's duration is measured on this
+// machine's clock, so a skew estimate that moves during the poll (here the
+// platform's answer puts its clock a minute behind) cannot make it
+// negative.
+func TestPollDurationOnTheLocalClock(t *testing.T) {
+	local := fakeclock.New(t0)
+	pc := NewPlatformClock(local)
+	p := &skewedPlatform{local: local, offset: -time.Minute, pc: pc}
+	h := newHarness(t, func(c *Config) { c.Clock = pc; c.Fetcher = p }, "env-a")
+	p.fakeAPI = h.api
+	h.setEnvs("env-a")
+	r := h.poll(t)
+	if r.Err != nil || r.Duration < 0 {
+		t.Fatalf("poll: duration %s, err %v", r.Duration, r.Err)
+	}
+	if skew, _ := pc.Skew(); skew > -50*time.Second {
+		t.Fatalf("the poll did not move the skew estimate (%s): not a test", skew)
+	}
+}

@@ -37,6 +37,10 @@ type ScrapeJob struct {
 	// Prometheus Operator adds namespace and pod), so alert expressions
 	// that select on them can be evaluated as written.
 	Labels map[string]string
+	// ScrapeInterval, when set, is the job's scrape interval and timeout
+	// instead of PrometheusScrapeInterval (for targets too big to scrape
+	// every second).
+	ScrapeInterval time.Duration
 }
 
 // PrometheusServer is a Prometheus process (Debian's prometheus 2.42 in CI)
@@ -146,6 +150,9 @@ func prometheusConfig(jobs []ScrapeJob, outOfOrderWindow time.Duration) string {
 	b.WriteString("scrape_configs:\n")
 	for _, j := range jobs {
 		fmt.Fprintf(&b, "  - job_name: %s\n", strconv.Quote(j.Name))
+		if j.ScrapeInterval > 0 {
+			fmt.Fprintf(&b, "    scrape_interval: %s\n    scrape_timeout: %s\n", model.Duration(j.ScrapeInterval), model.Duration(j.ScrapeInterval))
+		}
 		if j.MetricsPath != "" {
 			fmt.Fprintf(&b, "    metrics_path: %s\n", strconv.Quote(j.MetricsPath))
 		}

@@ -47,12 +47,14 @@ func TestPrometheusConfigJobs(t *testing.T) {
 		{Name: "a", Targets: []string{"127.0.0.1:1", "127.0.0.1:2"}},
 		{Name: "b", Targets: []string{"127.0.0.1:3"}, MetricsPath: "/m", Scheme: "https", BasicAuthUser: "u", BasicAuthPassword: "p\"w",
 			Labels: map[string]string{"pod": "ci-edgepipe-exporter-0", "namespace": "edgepipe"}},
+		{Name: "c", Targets: []string{"127.0.0.1:4"}, ScrapeInterval: 15 * time.Second},
 	}, 0)
 	for _, want := range []string{
 		`scrape_interval: 1s`,
 		`job_name: "a"`, `targets: ["127.0.0.1:1", "127.0.0.1:2"]`,
 		`metrics_path: "/m"`, `scheme: "https"`, `insecure_skip_verify: true`, `password: "p\"w"`,
 		"targets: [\"127.0.0.1:3\"]\n        labels:\n          namespace: \"edgepipe\"\n          pod: \"ci-edgepipe-exporter-0\"\n",
+		"job_name: \"c\"\n    scrape_interval: 15s\n    scrape_timeout: 15s\n",
 	} {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("config lacks %q:\n%s", want, cfg)

@@ -73,7 +73,7 @@ func BenchmarkConvert(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		points = 0
-		for _, e := range convert(batch, nil, DefaultMaxPoints, metricdata.CumulativeTemporality) {
+		for _, e := range convert(batch, DefaultPrefix, nil, DefaultMaxPoints, metricdata.CumulativeTemporality) {
 			points += e.points
 		}
 	}
@@ -136,7 +136,7 @@ func benchExport(b *testing.B, opts ...grpc.ServerOption) {
 	b.ReportAllocs()
 	for b.Loop() {
 		points = 0
-		for _, e := range convert(batch, nil, DefaultMaxPoints, metricdata.CumulativeTemporality) {
+		for _, e := range convert(batch, DefaultPrefix, nil, DefaultMaxPoints, metricdata.CumulativeTemporality) {
 			if err := exp.Export(ctx, e.rm); err != nil {
 				b.Fatal(err)
 			}

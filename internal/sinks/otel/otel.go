@@ -5,9 +5,10 @@
 // The SDK's instruments stamp points with the time of collection, so the sink
 // builds metricdata.ResourceMetrics itself and calls the exporter's Export
 // directly. Names follow the OpenTelemetry conventions (MetricName):
-// cdn.<dataset>.<metric> without _total, units in the unit field only, one
-// metric per percentile stem with a percentile attribute; attributes
-// environment_id plus the dataset's dimensions.
+// <prefix>.<dataset>.<metric> (Options.Prefix, default cdn) without _total,
+// units in the unit field only, one metric per percentile stem with a
+// percentile attribute; attributes environment_id plus the dataset's
+// dimensions (those it is exported with).
 //
 // Counts are monotonic Sums, one point per series each time a poll's end
 // passes a bucket boundary (schedule.SeriesCounts.Point), at that end:
@@ -82,6 +83,8 @@ type Options struct {
 	// InitialBackoff and MaxBackoff shape the retry delays; an export
 	// still failing after MaxRetryElapsed is dropped and counted.
 	InitialBackoff, MaxBackoff, MaxRetryElapsed time.Duration
+	// Prefix starts every metric name (default DefaultPrefix).
+	Prefix string
 	// Temporality of the count sums: metricdata.CumulativeTemporality
 	// (the default) or metricdata.DeltaTemporality.
 	Temporality metricdata.Temporality
@@ -141,6 +144,9 @@ func New(exp Exporter, opts Options) (*Sink, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
 	switch opts.Temporality {
 	case 0:
 		opts.Temporality = metricdata.CumulativeTemporality
@@ -187,7 +193,7 @@ var ErrQueueFull = errors.New("otlp export queue full: points dropped")
 // edgepipe_otlp_dropped_points_total{reason="queue_full"}, and ErrQueueFull
 // is returned (the scheduler logs and counts it).
 func (s *Sink) Publish(_ context.Context, b *schedule.Batch) error {
-	exports := convert(b, s.opts.Resource, s.opts.MaxPoints, s.opts.Temporality)
+	exports := convert(b, s.opts.Prefix, s.opts.Resource, s.opts.MaxPoints, s.opts.Temporality)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -266,6 +272,10 @@ func (s *Sink) Close(ctx context.Context) error {
 	return nil
 }
 
+// DefaultPrefix starts every metric name unless Options.Prefix says
+// otherwise.
+const DefaultPrefix = "cdn"
+
 // Attribute keys the sink adds to the dataset's dimensions.
 const (
 	AttrEnvironment = "environment_id"
@@ -277,11 +287,11 @@ const (
 // OpenTelemetry conventions: units in the unit field only, no _total, one
 // metric per percentile stem:
 //
-//	requests_edge_total          → cdn.<dataset>.requests_edge
-//	bytes_edge_total             → cdn.<dataset>.bytes_edge
-//	ttfb_edge_ms_95_percentile   → cdn.<dataset>.ttfb_edge, percentile "95"
-//	requests_cache_hit_ratio     → cdn.<dataset>.requests_cache_hit_ratio
-func MetricName(dataset, metric string) (name, percentile string) {
+//	requests_edge_total          → <prefix>.<dataset>.requests_edge
+//	bytes_edge_total             → <prefix>.<dataset>.bytes_edge
+//	ttfb_edge_ms_95_percentile   → <prefix>.<dataset>.ttfb_edge, percentile "95"
+//	requests_cache_hit_ratio     → <prefix>.<dataset>.requests_cache_hit_ratio
+func MetricName(prefix, dataset, metric string) (name, percentile string) {
 	info := metricsapi.Classify(metric)
 	base := metric
 	switch info.Kind {
@@ -290,7 +300,7 @@ func MetricName(dataset, metric string) (name, percentile string) {
 	case metricsapi.KindPercentile:
 		base, percentile = info.Stem, info.Percentile
 	}
-	return "cdn." + dataset + "." + base, percentile
+	return prefix + "." + dataset + "." + base, percentile
 }
 
 // slot is one OTLP metric of a batch: the API metrics of a percentile stem
@@ -310,12 +320,12 @@ type plan struct {
 	attrKeys      []attribute.Key
 }
 
-func newPlan(b *schedule.Batch) *plan {
+func newPlan(b *schedule.Batch, prefix string) *plan {
 	p := &plan{slotOf: make([]int, len(b.Metrics)), pctOf: make([]int, len(b.Metrics))}
 	byName := map[string]int{}
 	for j, m := range b.Metrics {
 		info := metricsapi.Classify(m)
-		name, pct := MetricName(b.Dataset.Name, m)
+		name, pct := MetricName(prefix, b.Dataset.Name, m)
 		i, ok := byName[name]
 		if !ok {
 			i = len(p.slots)
@@ -467,11 +477,11 @@ func (a *attrSets) of(pct int) attribute.Set {
 // the bucket's end, in bucket order), then a sum point per count of every
 // series with a point at the batch's end (cumulative: the series' totals
 // since its start; delta: their change since its previous point).
-func convert(b *schedule.Batch, res *resource.Resource, maxPoints int, temporality metricdata.Temporality) []*export {
+func convert(b *schedule.Batch, prefix string, res *resource.Resource, maxPoints int, temporality metricdata.Temporality) []*export {
 	if len(b.Metrics) == 0 || (len(b.Updates) == 0 && len(b.Counts) == 0) {
 		return nil
 	}
-	p := newPlan(b)
+	p := newPlan(b, prefix)
 	c := &chunker{p: p, res: res, max: max(1, maxPoints), temp: temporality}
 	c.sizes = countPoints(b, p, c.max)
 	attrs := &attrSets{p: p}

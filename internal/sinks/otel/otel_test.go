@@ -197,7 +197,7 @@ func TestMetricName(t *testing.T) {
 		{"requests_per_second_edge", "cdn.ds.requests_per_second_edge", ""},
 		{"bits_per_second_edge", "cdn.ds.bits_per_second_edge", ""},
 	} {
-		if name, pct := MetricName("ds", tc.metric); name != tc.name || pct != tc.pct {
+		if name, pct := MetricName(DefaultPrefix, "ds", tc.metric); name != tc.name || pct != tc.pct {
 			t.Errorf("MetricName(%s) = %s, %q; want %s, %q", tc.metric, name, pct, tc.name, tc.pct)
 		}
 	}
@@ -274,7 +274,7 @@ func TestChunking(t *testing.T) {
 		b.Updates = append(b.Updates, schedule.Update{Row: row(i, "e1", "us", 1, 0.5, 10), Latest: true})
 	}
 	b.Counts, b.End = []schedule.SeriesCounts{counts(at(0), time.Time{}, 0, 10)}, at(10)
-	ex := convert(b, nil, 7, metricdata.CumulativeTemporality)
+	ex := convert(b, DefaultPrefix, nil, 7, metricdata.CumulativeTemporality)
 	// 10 buckets × 2 gauges + 1 sum = 21 points: 3 requests of 7.
 	if len(ex) != 3 {
 		t.Fatalf("%d exports, want 3", len(ex))
@@ -340,7 +340,7 @@ func TestAttributeSets(t *testing.T) {
 			Totals: []float64{math.NaN(), math.NaN(), 5}, Start: at(0), Point: true})
 	}
 	var got []string
-	for _, e := range convert(b, nil, 100, metricdata.CumulativeTemporality) {
+	for _, e := range convert(b, DefaultPrefix, nil, 100, metricdata.CumulativeTemporality) {
 		for _, m := range e.rm.ScopeMetrics[0].Metrics {
 			var dps []metricdata.DataPoint[float64]
 			switch d := m.Data.(type) {

@@ -1,14 +1,22 @@
-// Package prometheus is the Prometheus sink: a prometheus.Collector that
-// holds the newest state of every series of every dataset and builds const
-// metrics from it at scrape time (node_exporter style), plus the exporter's
-// own edgepipe_* self-metrics.
+// Package prometheus is the Prometheus sink: a Collector that holds the
+// newest state of every series of every dataset and writes it in the text
+// exposition format at scrape time (Handler serves it after the registry's
+// metrics), plus the exporter's own edgepipe_* self-metrics. Writing the
+// series straight from the state, instead of through const metrics and
+// protobuf objects, keeps a scrape of a million series fast and its memory
+// small.
 //
-// Names follow DESIGN.md: cdn_<dataset>_<metric> with labels environment_id
-// and the dataset's dimensions. API counts are counters (the scheduler's
+// Names follow DESIGN.md: cdn_<dataset>_<metric> (the prefix is
+// Options.Prefix) with labels environment_id and the dataset's dimensions
+// (those it is exported with). API counts are counters (the scheduler's
 // running totals: the sum of every bucket value counted since the series
 // started; a revision adds its difference), everything else is a gauge of
 // the newest bucket; percentiles become
 // cdn_<dataset>_<stem>_seconds{percentile="P"} and bits become bytes.
+//
+// The collector holds at most Options.MaxSeries series (see seriesBudget in
+// budget.go) and exposes edgepipe_series{dataset},
+// edgepipe_series_limit_dropped_total{dataset} and edgepipe_series_limit.
 //
 // State is compact: per label set its interned label values (shared by all of
 // its metrics) and one value per metric, in flat per-dataset slices, found
@@ -18,13 +26,12 @@ package prometheus
 import (
 	"context"
 	"hash/maphash"
+	"log/slog"
 	"math"
 	"slices"
 	"sync"
 	"time"
 	"unique"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgepipe/edgepipe/internal/schedule"
 )
@@ -46,13 +53,22 @@ const (
 type Options struct {
 	SeriesTTL   time.Duration
 	GaugeMaxAge time.Duration
+	// Prefix starts every metric name (default DefaultPrefix).
+	Prefix string
+	// MaxSeries is the series budget (see seriesBudget); 0 means none.
+	MaxSeries int
+	// Logger receives the budget's warnings (default slog.Default()).
+	Logger *slog.Logger
 }
 
-// Collector is the Prometheus sink. It implements schedule.Publisher,
-// schedule.EnvironmentWatcher and prometheus.Collector; register it on a
-// registry and hand it to the scheduler. It is safe for concurrent use.
+// Collector is the Prometheus sink. It implements schedule.Publisher and
+// schedule.EnvironmentWatcher; hand it to the scheduler, and serve it with
+// Handler (or WriteText). It is safe for concurrent use.
 type Collector struct {
-	opts Options
+	opts   Options
+	budget *seriesBudget
+	// textBufs keeps WriteText's buffers between scrapes.
+	textBufs sync.Pool
 
 	mu       sync.RWMutex
 	datasets map[string]*datasetState
@@ -66,6 +82,8 @@ type Collector struct {
 // empty environment label.
 type datasetState struct {
 	mu         sync.RWMutex
+	name       string
+	budget     *seriesBudget
 	resultLbls []string // the label dimensions, in Row.Labels order
 	plans      []*metricPlan
 	byName     map[string]int
@@ -85,6 +103,12 @@ type datasetState struct {
 	swept      int64 // dsNewest at the last staleness sweep
 	idxScratch []int
 	keyScratch []byte
+
+	// dropped counts the series the budget refused; unlogged those not
+	// logged yet, lastWarn when they last were.
+	dropped  float64
+	unlogged int
+	lastWarn time.Time
 }
 
 // NewCollector returns an empty Collector.
@@ -95,49 +119,16 @@ func NewCollector(opts Options) *Collector {
 	if opts.GaugeMaxAge <= 0 {
 		opts.GaugeMaxAge = DefaultGaugeMaxAge
 	}
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
 	return &Collector{
 		opts:     opts,
+		budget:   newSeriesBudget(opts.MaxSeries, opts.Logger),
 		datasets: make(map[string]*datasetState),
-	}
-}
-
-// Describe sends nothing: the metrics follow the dataset descriptors, which
-// are only known at run time, so the collector is unchecked.
-func (c *Collector) Describe(chan<- *prometheus.Desc) {}
-
-// Collect sends the current value of every series.
-func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.RLock()
-	dss := make([]*datasetState, 0, len(c.datasets))
-	for _, d := range c.datasets {
-		dss = append(dss, d)
-	}
-	c.mu.RUnlock()
-	gaugeAge := int64(c.opts.GaugeMaxAge / time.Second)
-	for _, d := range dss {
-		d.mu.RLock()
-		gaugeFloor := d.dsNewest - gaugeAge
-		k, p := d.k, len(d.plans)
-		for i := range d.newest {
-			lbls := d.labels[i*k : (i+1)*k : (i+1)*k]
-			if lbls[0] == "" {
-				continue
-			}
-			gauges := d.newest[i] >= gaugeFloor
-			vals := d.vals[i*p : (i+1)*p]
-			for j, pl := range d.plans {
-				v := vals[j]
-				if math.IsNaN(v) {
-					continue
-				}
-				if pl.kind == kindCounter {
-					ch <- prometheus.MustNewConstMetric(pl.desc, prometheus.CounterValue, v, lbls...)
-				} else if gauges {
-					ch <- prometheus.MustNewConstMetric(pl.desc, prometheus.GaugeValue, v*pl.scale, lbls...)
-				}
-			}
-		}
-		d.mu.RUnlock()
 	}
 }
 
@@ -176,7 +167,7 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 	c.mu.Lock()
 	d := c.datasets[b.Dataset.Name]
 	if d == nil {
-		d = &datasetState{byName: make(map[string]int)}
+		d = &datasetState{name: b.Dataset.Name, budget: c.budget, byName: make(map[string]int)}
 		c.datasets[b.Dataset.Name] = d
 	}
 	envs := c.envs
@@ -184,15 +175,20 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.prepare(b)
+	d.prepare(b, c.opts.Prefix)
 	idx := d.idxScratch
 	p := len(d.plans)
+	var refused map[string]struct{} // label sets the budget refused
 	for ui := range b.Updates {
 		row := &b.Updates[ui].Row
 		if envs != nil && !envs[row.Environment] {
 			continue
 		}
 		i := d.lookup(row.Environment, row.Labels)
+		if i < 0 {
+			refused = d.refuse(refused)
+			continue
+		}
 		bt := row.Time.Unix()
 		if bt < d.newest[i] {
 			continue // an older bucket: its gauges are not the newest
@@ -215,6 +211,10 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 			continue
 		}
 		i := d.lookup(sc.Environment, sc.Labels)
+		if i < 0 {
+			refused = d.refuse(refused)
+			continue
+		}
 		if nt := sc.Newest.Unix(); nt > d.newest[i] {
 			d.newest[i] = nt
 			d.dsNewest = max(d.dsNewest, nt)
@@ -230,14 +230,29 @@ func (c *Collector) Publish(_ context.Context, b *schedule.Batch) error {
 		}
 	}
 	d.sweep(int64(c.opts.SeriesTTL / time.Second))
+	if len(refused) > 0 {
+		c.budget.refused(d, len(refused)*p, time.Now())
+	}
 	return nil
+}
+
+// refuse adds the label set lookup just refused (its key is in keyScratch)
+// to set, so that a label set with both rows and totals in a batch counts
+// once.
+func (d *datasetState) refuse(set map[string]struct{}) map[string]struct{} {
+	if set == nil {
+		set = make(map[string]struct{})
+	}
+	set[string(d.keyScratch)] = struct{}{}
+	return set
 }
 
 // prepare maps the batch's metrics onto plans (creating plans for metrics
 // not seen before, which widens every series' values) and resets the state
 // if the label dimensions changed.
-func (d *datasetState) prepare(b *schedule.Batch) {
+func (d *datasetState) prepare(b *schedule.Batch, prefix string) {
 	if d.index == nil || !slices.Equal(d.resultLbls, b.Labels) {
+		d.budget.adjust(d.name, -d.live*len(d.plans))
 		d.resultLbls = slices.Clone(b.Labels)
 		d.k = 1 + len(b.Labels)
 		d.plans = nil
@@ -247,18 +262,18 @@ func (d *datasetState) prepare(b *schedule.Batch) {
 		d.collide = nil
 		d.labels, d.vals, d.newest, d.free, d.live = nil, nil, nil, nil, 0
 	}
-	names := labelNames(b.Labels)
 	oldP := len(d.plans)
 	d.idxScratch = d.idxScratch[:0]
 	for _, m := range b.Metrics {
 		j, ok := d.byName[m]
 		if !ok {
 			j = len(d.plans)
-			d.plans = append(d.plans, plan(b.Dataset, m, names))
+			d.plans = append(d.plans, plan(prefix, b.Dataset, m))
 			d.byName[m] = j
 		}
 		d.idxScratch = append(d.idxScratch, j)
 	}
+	d.budget.adjust(d.name, d.live*(len(d.plans)-oldP))
 	if p := len(d.plans); p != oldP && len(d.newest) > 0 {
 		vals := make([]float64, len(d.newest)*p, cap(d.newest)*p)
 		for i := range d.newest {
@@ -310,7 +325,8 @@ func (d *datasetState) sameLabels(i int, env string, labels []string) bool {
 }
 
 // lookup returns the series index of the label set (env, labels),
-// creating it.
+// creating it if the budget has room, else -1 (its key is left in
+// keyScratch).
 func (d *datasetState) lookup(env string, labels []string) int {
 	h := d.hashLabels(env, labels)
 	i, taken := d.index[h]
@@ -323,6 +339,9 @@ func (d *datasetState) lookup(env string, labels []string) int {
 		}
 	}
 	p := len(d.plans)
+	if !d.budget.reserve(d.name, p) {
+		return -1
+	}
 	var n int
 	if f := len(d.free); f > 0 {
 		n = int(d.free[f-1])
@@ -368,8 +387,11 @@ func (d *datasetState) sweep(ttl int64) {
 	d.removeWhere(func(i int) bool { return d.newest[i] < floor })
 }
 
-// removeWhere frees every live series i for which drop(i) is true.
+// removeWhere frees every live series i for which drop(i) is true, and
+// their share of the budget.
 func (d *datasetState) removeWhere(drop func(i int) bool) {
+	before := d.live
+	defer func() { d.budget.adjust(d.name, (d.live-before)*len(d.plans)) }()
 	for i := range d.newest {
 		if d.labels[i*d.k] == "" || !drop(i) {
 			continue

@@ -4,13 +4,12 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 )
 
-// Namespace prefixes every metric built from the API's datasets.
-const Namespace = "cdn"
+// DefaultPrefix starts every metric name built from the API's datasets
+// unless Options.Prefix says otherwise.
+const DefaultPrefix = "cdn"
 
 // LabelEnvironment and LabelPercentile are the label names the collector adds
 // to the dataset's dimensions.
@@ -31,20 +30,22 @@ const (
 type metricPlan struct {
 	api   string
 	name  string // Prometheus metric name
+	help  string // the same for every plan of a name
 	kind  valueKind
 	scale float64 // multiplies the API value (1/8 for bits, 1/1000 for ms)
-	desc  *prometheus.Desc
+	// percentile is the value of the percentile label ("" for none).
+	percentile string
 }
 
 // Name returns the Prometheus metric name and the percentile label value
 // ("" unless the metric is a percentile) of API metric metric of dataset, by
-// the contract in DESIGN.md:
+// the contract in DESIGN.md (with prefix cdn):
 //
 //	requests_edge_total          → cdn_<dataset>_requests_edge_total (counter)
 //	ttfb_edge_ms_95_percentile   → cdn_<dataset>_ttfb_edge_seconds{percentile="95"}
 //	bits_per_second_edge         → cdn_<dataset>_bytes_per_second_edge (÷8)
 //	requests_cache_hit_ratio     → cdn_<dataset>_requests_cache_hit_ratio
-func Name(dataset, metric string) (name, percentile string) {
+func Name(prefix, dataset, metric string) (name, percentile string) {
 	info := metricsapi.Classify(metric)
 	base := metric
 	switch info.Kind {
@@ -56,14 +57,14 @@ func Name(dataset, metric string) (name, percentile string) {
 			base = "bytes_" + strings.TrimPrefix(metric, "bits_")
 		}
 	}
-	return Namespace + "_" + sanitize(dataset) + "_" + sanitize(base), percentile
+	return sanitize(prefix) + "_" + sanitize(dataset) + "_" + sanitize(base), percentile
 }
 
-// plan returns how metric of ds is exposed, with its Desc.
-func plan(ds *metricsapi.Dataset, metric string, labels []string) *metricPlan {
+// plan returns how metric of ds is exposed.
+func plan(prefix string, ds *metricsapi.Dataset, metric string) *metricPlan {
 	info := metricsapi.Classify(metric)
-	name, pct := Name(ds.Name, metric)
-	p := &metricPlan{api: metric, name: name, kind: kindGauge, scale: 1}
+	name, pct := Name(prefix, ds.Name, metric)
+	p := &metricPlan{api: metric, name: name, kind: kindGauge, scale: 1, percentile: pct}
 	var help string
 	desc := ""
 	for _, m := range ds.Metrics {
@@ -94,11 +95,10 @@ func plan(ds *metricsapi.Dataset, metric string, labels []string) *metricPlan {
 	default:
 		help = fmt.Sprintf("%s, newest bucket of dataset %s (API metric %s).", desc, ds.Name, metric)
 	}
-	var constLabels prometheus.Labels
-	if pct != "" {
-		constLabels = prometheus.Labels{LabelPercentile: pct}
+	if len(ds.Aggregated) > 0 {
+		help += fmt.Sprintf(" Over every %s (aggregated by the API: the exporter's selection leaves it out).", strings.Join(ds.Aggregated, " and "))
 	}
-	p.desc = prometheus.NewDesc(name, help, labels, constLabels)
+	p.help = help
 	return p
 }
 

@@ -33,7 +33,7 @@ func TestResumePoints(t *testing.T) {
 		Metrics:    []metricsapi.Metric{{Name: "requests_edge_total", Type: metricsapi.TypeNumber}}}
 	ctx := context.Background()
 
-	got, err := sink.Resume(ctx, ds.Name, metricsapi.FiveMinutes, []string{"a"})
+	got, err := sink.Resume(ctx, ds, metricsapi.FiveMinutes, []string{"a"})
 	if err != nil || len(got) != 0 {
 		t.Fatalf("missing table: %v, %v; want empty", got, err)
 	}
@@ -56,7 +56,7 @@ func TestResumePoints(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got, err = sink.Resume(ctx, ds.Name, metricsapi.FiveMinutes, []string{"a", "b", "c"})
+	got, err = sink.Resume(ctx, ds, metricsapi.FiveMinutes, []string{"a", "b", "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestResumePoints(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("resume = %v, want %v", got, want)
 	}
-	got, err = sink.Resume(ctx, ds.Name, metricsapi.Day, []string{"a"})
+	got, err = sink.Resume(ctx, ds, metricsapi.Day, []string{"a"})
 	if err != nil || len(got) != 0 {
 		t.Errorf("granularity without rows: %v, %v; want empty", got, err)
 	}

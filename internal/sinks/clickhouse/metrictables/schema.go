@@ -1,6 +1,7 @@
 package metrictables
 
 import (
+	"strings"
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
@@ -130,6 +131,27 @@ func sortingKey(cols []Column) []string {
 		}
 	}
 	return append(key, ColumnTime)
+}
+
+// TableName returns the table that stores dataset ds as exported. A dataset
+// exported with every dimension (the descriptor as the platform sends it) is
+// stored in the table named as the dataset. One exported with fewer
+// dimensions (a selection of the exporter's config file, see
+// metricsapi.Dataset.Select) has rows of another aggregation level and gets
+// a table of its own: the dataset's name, "__by_", then the dimensions kept
+// besides time and environment_id joined by "__", or "environment_id" when
+// it keeps none of those (edge_usage_by_country__by_environment_id,
+// origin_errors__by_origin_name__http_status_code). Metrics left out of a
+// selection do not change the name: they are columns the rows do not fill.
+func TableName(ds *metricsapi.Dataset) string {
+	if len(ds.Aggregated) == 0 {
+		return ds.Name
+	}
+	kept := ds.LabelNames()
+	if len(kept) == 0 {
+		kept = []string{metricsapi.DimensionEnvironment}
+	}
+	return ds.Name + "__by_" + strings.Join(kept, "__")
 }
 
 // TableSpec returns the table of dataset with columns cols (from

@@ -116,3 +116,33 @@ func TestQuoting(t *testing.T) {
 		t.Errorf("RedactDSN leaked the password: %s", got)
 	}
 }
+
+func TestTableName(t *testing.T) {
+	ds := testDataset()
+	sel := func(dims ...string) *metricsapi.Dataset {
+		d, err := ds.Select(metricsapi.Selection{Dimensions: append([]string{}, dims...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	lessMetrics, err := ds.Select(metricsapi.Selection{Metric: func(m string) bool { return m == "requests_edge_total" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ds   *metricsapi.Dataset
+		want string
+	}{
+		{ds, "edge_errors"},
+		{sel("country_code", "http_status_code"), "edge_errors"},
+		{lessMetrics, "edge_errors"},
+		{sel("http_status_code"), "edge_errors__by_http_status_code"},
+		{sel("http_status_code", "country_code"), "edge_errors"}, // every dimension kept, in any order
+		{sel(), "edge_errors__by_environment_id"},
+	} {
+		if got := TableName(tc.ds); got != tc.want {
+			t.Errorf("TableName(labels %v, aggregated %v) = %q, want %q", tc.ds.LabelNames(), tc.ds.Aggregated, got, tc.want)
+		}
+	}
+}

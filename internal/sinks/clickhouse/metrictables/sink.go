@@ -1,5 +1,6 @@
 // Package metrictables is the exporter's ClickHouse sink: one table per
-// metrics dataset, named as the dataset, written idempotently. Every table is
+// metrics dataset, named as the dataset (a dataset exported with fewer
+// dimensions has a table of its own, see TableName), written idempotently. Every table is
 // a ReplacingMergeTree versioned by insert time, so a bucket written again
 // (a revision, a retry, a restart) collapses to its newest row under
 // `SELECT … FINAL`, and INSERTs name their columns so that tables extended
@@ -275,7 +276,7 @@ func (s *Sink) Write(ctx context.Context, b *schedule.Batch) (int, error) {
 		class := clickhouse.ErrorClass(err)
 		s.metrics.insertErrors.WithLabelValues(blk.dataset, class).Inc()
 		if class == clickhouse.ClassSchema || class == clickhouse.ClassRejected {
-			s.forgetTable(blk.dataset)
+			s.forgetTable(blk.table)
 		}
 		return 0, err
 	}
@@ -428,12 +429,12 @@ func (s *Sink) writeAll(items []*block) []*block {
 				// mid-change: transient. The next attempt checks and
 				// repairs the schema on every node first; the rows wait
 				// in the queue.
-				s.forgetTable(merged.dataset)
+				s.forgetTable(merged.table)
 			case clickhouse.ClassRejected:
 				// The server rejected the data itself: forget what we know
 				// about the table (it may have changed) and give up on the
 				// rows after a few attempts rather than blocking the queue.
-				s.forgetTable(merged.dataset)
+				s.forgetTable(merged.table)
 				for _, b := range g {
 					b.rejections++
 				}
@@ -461,7 +462,7 @@ func (s *Sink) writeBlock(ctx context.Context, db *clickhouse.DB, b *block) erro
 		return err
 	}
 	start := time.Now()
-	err = db.InsertColumns(ctx, b.dataset, columnNames(b.cols), b.columnData())
+	err = db.InsertColumns(ctx, b.table, columnNames(b.cols), b.columnData())
 	s.metrics.insertDuration.WithLabelValues(b.dataset).Observe(time.Since(start).Seconds())
 	if err == nil {
 		s.expire(ctx, spec)
@@ -529,10 +530,10 @@ func (s *Sink) Schema(ctx context.Context) (*clickhouse.Schema, error) {
 	return s.schema, nil
 }
 
-func (s *Sink) forgetTable(dataset string) {
+func (s *Sink) forgetTable(table string) {
 	s.tablesMu.Lock()
 	defer s.tablesMu.Unlock()
-	delete(s.tables, dataset)
+	delete(s.tables, table)
 }
 
 // ensureTable makes sure dataset ds's table has cols (and every column of
@@ -543,7 +544,8 @@ func (s *Sink) forgetTable(dataset string) {
 func (s *Sink) ensureTable(ctx context.Context, db *clickhouse.DB, ds *metricsapi.Dataset, cols []Column) (*clickhouse.Table, error) {
 	s.tablesMu.Lock()
 	defer s.tablesMu.Unlock()
-	st := s.tables[ds.Name]
+	table := TableName(ds)
+	st := s.tables[table]
 	if st != nil && (st.complete || time.Since(st.checked) < clickhouse.RecheckInterval) {
 		missing := false
 		for _, c := range cols {
@@ -561,12 +563,12 @@ func (s *Sink) ensureTable(ctx context.Context, db *clickhouse.DB, ds *metricsap
 		return nil, err
 	}
 	// Every column the descriptor knows, plus any the batch has beyond it.
-	spec := TableSpec(ds.Name, withExtra(MetricsColumns(ds, nil, nil), cols), db.Version(), s.cfg.Retention)
+	spec := TableSpec(table, withExtra(MetricsColumns(ds, nil, nil), cols), db.Version(), s.cfg.Retention)
 	state, err := schema.Ensure(ctx, spec)
 	if err != nil {
-		return nil, fmt.Errorf("ClickHouse table for dataset %s: %w", ds.Name, err)
+		return nil, fmt.Errorf("ClickHouse table %s for dataset %s: %w", table, ds.Name, err)
 	}
-	s.tables[ds.Name] = &tableState{spec: spec, columns: state.Columns, complete: state.Complete, checked: time.Now()}
+	s.tables[table] = &tableState{spec: spec, columns: state.Columns, complete: state.Complete, checked: time.Now()}
 	return spec, nil
 }
 
@@ -587,8 +589,8 @@ func withExtra(cols, extra []Column) []Column {
 }
 
 // Resume returns, per environment of envs, where the scheduler should resume
-// polling dataset at granularity g: the start of the environment's newest
-// stored bucket. An environment with no row in the table (a series without
+// polling dataset ds (as exported: its TableName) at granularity g: the start
+// of the environment's newest stored bucket. An environment with no row in the table (a series without
 // traffic, or one added while the exporter was down) gets the newest bucket
 // of the whole table instead, since buckets without traffic are simply
 // missing and the previous run polled all environments together. Every
@@ -597,7 +599,8 @@ func withExtra(cols, extra []Column) []Column {
 // yields an empty map (the scheduler starts as new).
 //
 // Sink implements schedule.ResumeSource.
-func (s *Sink) Resume(ctx context.Context, dataset string, g metricsapi.Granularity, envs []string) (map[string]time.Time, error) {
+func (s *Sink) Resume(ctx context.Context, ds *metricsapi.Dataset, g metricsapi.Granularity, envs []string) (map[string]time.Time, error) {
+	dataset, table := ds.Name, TableName(ds)
 	out := make(map[string]time.Time)
 	if len(envs) == 0 {
 		return out, nil
@@ -606,7 +609,7 @@ func (s *Sink) Resume(ctx context.Context, dataset string, g metricsapi.Granular
 	if err != nil {
 		return nil, fmt.Errorf("resume %s from ClickHouse: %w", dataset, err)
 	}
-	where := " FROM " + db.Table(dataset) + " WHERE " + clickhouse.QuoteIdent(ColumnGranularity) + " = " + clickhouse.QuoteString(string(g))
+	where := " FROM " + db.Table(table) + " WHERE " + clickhouse.QuoteIdent(ColumnGranularity) + " = " + clickhouse.QuoteString(string(g))
 	var newest time.Time
 	var n uint64
 	if err := db.Conn().QueryRow(ctx, "SELECT count(), max("+clickhouse.QuoteIdent(ColumnTime)+")"+where).Scan(&n, &newest); err != nil {
@@ -676,6 +679,7 @@ func columnNames(cols []Column) []string {
 // block is one batch's rows in column-oriented form, ready to insert.
 type block struct {
 	dataset    string
+	table      string // TableName(ds)
 	ds         *metricsapi.Dataset
 	cols       []Column
 	data       []colData
@@ -719,7 +723,7 @@ func (c *colData) appendFrom(o *colData) {
 }
 
 func (b *block) signature() string {
-	return b.dataset + "\x00" + strings.Join(columnNames(b.cols), "\x00")
+	return b.table + "\x00" + strings.Join(columnNames(b.cols), "\x00")
 }
 
 func (b *block) columnData() []any {
@@ -735,7 +739,7 @@ func mergeBlocks(bs []*block) *block {
 	if len(bs) == 1 {
 		return bs[0]
 	}
-	m := &block{dataset: bs[0].dataset, ds: bs[0].ds, cols: bs[0].cols, data: make([]colData, len(bs[0].cols))}
+	m := &block{dataset: bs[0].dataset, table: bs[0].table, ds: bs[0].ds, cols: bs[0].cols, data: make([]colData, len(bs[0].cols))}
 	for i := range m.data {
 		m.data[i].kind = bs[0].data[i].kind
 	}
@@ -754,7 +758,7 @@ func mergeBlocks(bs []*block) *block {
 func newBlock(b *schedule.Batch, version uint64) (*block, int) {
 	cols := MetricsColumns(b.Dataset, nonNil(b.Labels), nonNil(b.Metrics))
 	n := len(b.Updates)
-	blk := &block{dataset: b.Dataset.Name, ds: b.Dataset, cols: cols, data: make([]colData, len(cols))}
+	blk := &block{dataset: b.Dataset.Name, table: TableName(b.Dataset), ds: b.Dataset, cols: cols, data: make([]colData, len(cols))}
 	for i, c := range cols {
 		d := &blk.data[i]
 		d.kind = c.Kind
