@@ -21,13 +21,6 @@ import (
 // no --organization-id is given.
 const envOrganizations = "EDGEPIPE_ORGANIZATION_ID"
 
-// Aliases of the shared variables, for this package's tests.
-const (
-	envClientID       = cli.EnvClientID
-	envClientSecret   = cli.EnvClientSecret
-	envEnvironmentIDs = cli.EnvEnvironmentIDs
-)
-
 // commonFlags are the flags every command shares: where the API is, whom to
 // serve, at which granularity.
 type commonFlags struct {

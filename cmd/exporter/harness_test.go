@@ -25,6 +25,13 @@ import (
 	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
 )
 
+// The shared variables under the names this package's tests use.
+const (
+	envClientID       = cli.EnvClientID
+	envClientSecret   = cli.EnvClientSecret
+	envEnvironmentIDs = cli.EnvEnvironmentIDs
+)
+
 // start is the simulated time every integration test begins at: mid-bucket,
 // so the first poll covers [09:30, 10:00).
 var start = time.Date(2026, 11, 23, 10, 2, 30, 0, time.UTC)

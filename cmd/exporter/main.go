@@ -10,8 +10,9 @@
 // # Commands
 //
 // run (the default: "exporter [flags]" is "exporter run [flags]", and
-// "exporter --help" lists its flags too) discovers the environments to serve (--environment-id,
-// or every environment of --organization-id, split between instances with
+// "exporter --help" lists its flags too) discovers the environments to
+// serve (--environment-id, or every environment of --organization-id,
+// split between instances with
 // --shard.index/--shard.count), polls every dataset at --granularity and
 // hands each batch of buckets to the configured sinks: the Prometheus
 // collector served on --web.listen-address (always), OTLP push with
@@ -71,6 +72,8 @@ type commandLine struct {
 	exts   []extension
 }
 
+// newCommandLine declares the exporter's flags and commands; help and
+// --version go to stdout, the log to stderr.
 func newCommandLine(stdout, stderr io.Writer) *commandLine {
 	app := cli.New("exporter", "Export a CDN platform's traffic metrics to Prometheus, OpenTelemetry and more.", stdout, stderr)
 	cl := &commandLine{app: app, common: registerCommonFlags(app), exts: extensions()}

@@ -52,9 +52,8 @@ type FlagGroup interface {
 // embedded kingpin application, then call Parse.
 type App struct {
 	*kingpin.Application
-	program string
-	stderr  io.Writer
-	logCfg  promslog.Config
+	stderr io.Writer
+	logCfg promslog.Config
 	// exitCode is set when kingpin asked to terminate (after --help or
 	// --version); kingpin's own os.Exit is replaced so that Parse returns.
 	exitCode *int
@@ -64,7 +63,7 @@ type App struct {
 // "exporter"), described by help. Help and --version go to stdout, the
 // logger built by Logger to stderr.
 func New(program, help string, stdout, stderr io.Writer) *App {
-	a := &App{Application: kingpin.New(program, help), program: program, stderr: stderr}
+	a := &App{Application: kingpin.New(program, help), stderr: stderr}
 	a.HelpFlag.Short('h')
 	a.UsageWriter(stdout)
 	a.ErrorWriter(stderr)
@@ -79,9 +78,6 @@ func New(program, help string, stdout, stderr io.Writer) *App {
 	promslogflag.AddFlags(a.Application, &a.logCfg)
 	return a
 }
-
-// Program returns the program's name.
-func (a *App) Program() string { return a.program }
 
 // Parse parses args and returns the selected command (kingpin's
 // FullCommand). Every error names the flag it is about and ends in
@@ -169,6 +165,8 @@ func (a *App) checkFlagArguments(args []string) error {
 	return nil
 }
 
+// wrapValue puts the value of clause, described by model, in a namedValue
+// (once).
 func wrapValue(clause *kingpin.FlagClause, model *kingpin.FlagModel) {
 	if clause == nil {
 		return
@@ -186,6 +184,7 @@ type namedValue struct {
 	kingpin.Value
 }
 
+// Set sets the value from s; an error names the flag.
 func (v namedValue) Set(s string) error {
 	if err := v.Value.Set(s); err != nil {
 		return fmt.Errorf("--%s: %w", v.name, err)

@@ -31,9 +31,6 @@ func SecretFlag(fg FlagGroup, flag, env, help string) *Secret {
 // it comes from $<env>_FILE or $<env>.
 func EnvSecret(env string) *Secret { return &Secret{env: env} }
 
-// Env returns the name of the secret's environment variable.
-func (s *Secret) Env() string { return s.env }
-
 // Read returns the secret ("" when it is not given, or s is nil). A file
 // that cannot be read is an error naming the flag or variable, never the
 // secret.
