@@ -61,6 +61,30 @@ func exporterSelector(t *testing.T, expr string) (namespace, pod string) {
 	return ns[1], p[1] + "-6f9c7d5b8-x2x9z"
 }
 
+// promtoolTestRules runs `promtool test rules` on tests (a test file, or
+// what marshals into one, whose rule_files is [rules.yml]) against rules.
+func promtoolTestRules(t *testing.T, rules []byte, tests any) {
+	t.Helper()
+	testFile, ok := tests.([]byte)
+	if !ok {
+		var err error
+		if testFile, err = yaml.Marshal(tests); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"rules.yml": rules, "tests.yml": testFile} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(testenv.Promtool(t), "test", "rules", "tests.yml")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s\n--- tests.yml ---\n%s\n--- rules.yml ---\n%s", err, out, testFile, rules)
+	}
+}
+
 // expand fills in the {{ $labels.x }} of an annotation as Prometheus would.
 func expand(s string, labels map[string]string) string {
 	return regexp.MustCompile(`\{\{ \$labels\.(\w+) \}\}`).ReplaceAllStringFunc(s, func(m string) string {
@@ -83,10 +107,6 @@ func TestAuthFailingAlert(t *testing.T) {
 		}
 	}
 	ns, pod := exporterSelector(t, fmt.Sprint(rules["EdgepipeAuthFailing"]["expr"]))
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), ruleFile, 0o644); err != nil {
-		t.Fatal(err)
-	}
 
 	// promtool test rules.
 	series := func(name string, labels map[string]string, values string) map[string]string {
@@ -174,18 +194,7 @@ func TestAuthFailingAlert(t *testing.T) {
 			},
 		},
 	}
-	testFile, err := yaml.Marshal(tests)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "rules_test.yml"), testFile, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(testenv.Promtool(t), "test", "rules", "rules_test.yml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s\n--- test file ---\n%s", err, out, testFile)
-	}
+	promtoolTestRules(t, ruleFile, tests)
 
 	// Live: the exporter with a wrong client secret.
 	bins := buildCommands(t, "exporter", "platform-sim")
@@ -238,10 +247,6 @@ func TestStateNotSavedAlert(t *testing.T) {
 		t.Fatal("the chart has no EdgepipeStateNotSaved alert")
 	}
 	ns, pod := exporterSelector(t, fmt.Sprint(r["expr"]))
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), ruleFile, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	labels := map[string]string{"namespace": ns, "pod": pod, "dataset": "edge_errors"}
 	ann := map[string]string{}
 	for k, v := range r["annotations"].(map[string]any) {
@@ -269,18 +274,7 @@ func TestStateNotSavedAlert(t *testing.T) {
 			},
 		}},
 	}
-	testFile, err := yaml.Marshal(tests)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "rules_test.yml"), testFile, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(testenv.Promtool(t), "test", "rules", "rules_test.yml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s\n--- test file ---\n%s", err, out, testFile)
-	}
+	promtoolTestRules(t, ruleFile, tests)
 }
 
 // TestSeriesLimitAlert: with promtool test rules on the chart's rendered
@@ -296,10 +290,6 @@ func TestSeriesLimitAlert(t *testing.T) {
 		t.Fatal("the chart has no EdgepipeSeriesLimitReached alert")
 	}
 	ns, pod := exporterSelector(t, fmt.Sprint(r["expr"]))
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), ruleFile, 0o644); err != nil {
-		t.Fatal(err)
-	}
 	series := func(dataset, values string) map[string]string {
 		return map[string]string{"series": fmt.Sprintf(`edgepipe_series_limit_dropped_total{namespace=%q,pod=%q,dataset=%q}`, ns, pod, dataset),
 			"values": values}
@@ -329,18 +319,7 @@ func TestSeriesLimitAlert(t *testing.T) {
 			},
 		}},
 	}
-	testFile, err := yaml.Marshal(tests)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "rules_test.yml"), testFile, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(testenv.Promtool(t), "test", "rules", "rules_test.yml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s\n--- test file ---\n%s", err, out, testFile)
-	}
+	promtoolTestRules(t, ruleFile, tests)
 
 	// Live: a budget of 2,000 series for an organization that needs ~40,000.
 	bins := buildCommands(t, "exporter")

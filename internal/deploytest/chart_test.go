@@ -932,12 +932,8 @@ func TestChartSpoolAlertsFire(t *testing.T) {
 		} `yaml:"spec"`
 	}
 	m.ofKind("PrometheusRule")[0].decode(t, &pr)
-	dir := t.TempDir()
 	rules, err := yaml.Marshal(map[string]any{"groups": pr.Spec.Groups})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), rules, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	pod := `namespace="edgepipe", pod="ci-edgepipe-receiver-0"`
@@ -978,12 +974,5 @@ tests:
               runbook_url: "%[2]s#edgepipespooldiskfull"
               description: "Ingest answers 503 and /readyz fails until delivery frees segments or the volume grows; delivery goes on. Is a sink down (see edgepipe_rtld_sink_lag_bytes), or is --spool.max-bytes larger than the volume?"
 `, pod, "https://github.com/edgepipe/edgepipe/blob/main/deploy/helm/edgepipe/README.md")
-	if err := os.WriteFile(filepath.Join(dir, "tests.yml"), []byte(tests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(testenv.Promtool(t), "test", "rules", "tests.yml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s", err, out)
-	}
+	promtoolTestRules(t, rules, []byte(tests))
 }

@@ -1,14 +1,9 @@
 package deploytest
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
 // TestChartDeadLetterAlerts runs the chart's dead-letter alerts through
@@ -47,12 +42,8 @@ func TestChartDeadLetterAlerts(t *testing.T) {
 			t.Fatalf("alert %s missing from the PrometheusRule", name)
 		}
 	}
-	dir := t.TempDir()
 	out, err := yaml.Marshal(pr.Spec)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "rules.yml"), out, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	const pod = `namespace="edgepipe",pod="ci-edgepipe-receiver-0"`
@@ -100,12 +91,5 @@ tests:
         exp_alerts:
           - exp_labels: {severity: critical, namespace: edgepipe, pod: ci-edgepipe-receiver-0, sink: clickhouse}
 `
-	if err := os.WriteFile(filepath.Join(dir, "tests.yml"), []byte(tests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(testenv.Promtool(t), "test", "rules", "tests.yml")
-	cmd.Dir = dir
-	if res, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("promtool test rules: %v\n%s\nrules:\n%s", err, res, out)
-	}
+	promtoolTestRules(t, out, []byte(tests))
 }
