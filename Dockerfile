@@ -30,12 +30,10 @@ COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     set -e; \
     VERSION=${VERSION:-v$(cat VERSION)}; \
-    VPKG=github.com/edgepipe/edgepipe/internal/version; \
     PVPKG=github.com/prometheus/common/version; \
     for cmd in exporter rtld-receiver platform-sim; do \
         GOOS=$TARGETOS GOARCH=$TARGETARCH CGO_ENABLED=0 go build -trimpath \
             -ldflags "-s -w \
-                -X $VPKG.Version=$VERSION -X $VPKG.Revision=$REVISION -X $VPKG.BuildDate=$BUILDDATE \
                 -X $PVPKG.Version=$VERSION -X $PVPKG.Revision=$REVISION -X $PVPKG.BuildDate=$BUILDDATE" \
             -o /out/$cmd ./cmd/$cmd; \
     done

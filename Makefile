@@ -11,10 +11,9 @@ CMDS      := exporter rtld-receiver platform-sim
 VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v$$(cat VERSION))
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
 BUILDDATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
-VPKG      := github.com/edgepipe/edgepipe/internal/version
+# --version, the landing page and <program>_build_info read prometheus/common/version.
 PVPKG     := github.com/prometheus/common/version
 LDFLAGS   := -s -w \
-	-X $(VPKG).Version=$(VERSION) -X $(VPKG).Revision=$(REVISION) -X $(VPKG).BuildDate=$(BUILDDATE) \
 	-X $(PVPKG).Version=$(VERSION) -X $(PVPKG).Revision=$(REVISION) -X $(PVPKG).BuildDate=$(BUILDDATE)
 TEST_TIMEOUT ?= 25m
 TEST_P       ?= 2

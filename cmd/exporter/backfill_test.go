@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,7 +69,7 @@ func TestBackfillCommand(t *testing.T) {
 	realStderr := os.Stderr
 	os.Stderr = stderr
 	t.Cleanup(func() { os.Stderr = realStderr })
-	if err := run(context.Background(), args, stderr); err != nil {
+	if err := run(context.Background(), args, io.Discard, stderr); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := os.ReadFile(stderr.Name())
@@ -123,7 +124,7 @@ func TestBackfillCommand(t *testing.T) {
 
 	// Again: everything is recorded as loaded.
 	sim.ResetStats()
-	if err := run(context.Background(), args, stderr); err != nil {
+	if err := run(context.Background(), args, io.Discard, stderr); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(sim.Stats().Data); n != 0 {

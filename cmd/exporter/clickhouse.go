@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/model"
 
+	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
@@ -26,7 +26,7 @@ const envClickHousePassword = "EDGEPIPE_CLICKHOUSE_PASSWORD"
 // backfill commands.
 type clickhouseFlags struct {
 	dsn          string
-	passwordFile string
+	password     *cli.Secret
 	retention    model.Duration
 	maxBackfill  model.Duration
 	cluster      string
@@ -39,10 +39,9 @@ type clickhouseFlags struct {
 func addClickHouseFlags(cmd *kingpin.CmdClause, forBackfill bool) *clickhouseFlags {
 	f := &clickhouseFlags{}
 	cmd.Flag("clickhouse.dsn", "Enables the ClickHouse sink: native-protocol DSN, e.g. clickhouse://127.0.0.1:9000/cdn "+
-		"(database created if missing). The password goes in "+envClickHousePassword+" or --clickhouse.password-file, not here.").
+		"(database created if missing). The password goes in $"+envClickHousePassword+" or --clickhouse.password-file, not here.").
 		Envar("EDGEPIPE_CLICKHOUSE_DSN").PlaceHolder("clickhouse://HOST:9000/DB").StringVar(&f.dsn)
-	cmd.Flag("clickhouse.password-file", "File holding the ClickHouse password (instead of "+envClickHousePassword+").").
-		StringVar(&f.passwordFile)
+	f.password = cli.SecretFlag(cmd, "clickhouse.password-file", envClickHousePassword, "File holding the ClickHouse password.")
 	cmd.Flag("clickhouse.retention", "Drop rows older than this, e.g. 32d: a table TTL from ClickHouse 19.6 on; on older servers whole monthly partitions are dropped once all their rows are older. 0 keeps everything.").
 		Default("0s").SetValue(&f.retention)
 	maxBackfill := cmd.Flag("clickhouse.max-backfill", "At start, resume each dataset from the newest stored bucket, but reach back at most this far (e.g. 24h, 3d).").
@@ -65,22 +64,9 @@ func addClickHouseFlags(cmd *kingpin.CmdClause, forBackfill bool) *clickhouseFla
 // enabled reports whether a DSN was given.
 func (f *clickhouseFlags) enabled() bool { return strings.TrimSpace(f.dsn) != "" }
 
-// password reads the password from --clickhouse.password-file or the
-// environment ("" when neither is set: the DSN's, if any, applies).
-func (f *clickhouseFlags) password() (string, error) {
-	if f.passwordFile != "" {
-		b, err := os.ReadFile(f.passwordFile)
-		if err != nil {
-			return "", fmt.Errorf("--clickhouse.password-file: %w", err)
-		}
-		return strings.TrimRight(string(b), "\r\n"), nil
-	}
-	return os.Getenv(envClickHousePassword), nil
-}
-
 // newSink builds the ClickHouse sink from the flags (not started).
 func (f *clickhouseFlags) newSink(h *host, reg prometheus.Registerer) (*metrictables.Sink, error) {
-	pw, err := f.password()
+	pw, err := f.password.Read()
 	if err != nil {
 		return nil, err
 	}

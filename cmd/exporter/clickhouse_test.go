@@ -34,7 +34,7 @@ func TestRunWithClickHouse(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--api.url=" + base, "--organization-id=" + platformsim.DemoOrganizationID,
-			"--web.listen-address=" + addr, "--log.level=warn"}, stderr)
+			"--web.listen-address=" + addr, "--log.level=warn"}, io.Discard, stderr)
 	}()
 	defer func() {
 		cancel()

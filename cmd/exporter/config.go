@@ -5,44 +5,38 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 	"sync"
 
-	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/exportconfig"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/schedule"
-	"github.com/edgepipe/edgepipe/internal/version"
 )
 
-// Environment variables read directly (secrets never come from flags).
-const (
-	envClientID       = "EDGEPIPE_CLIENT_ID"
-	envClientSecret   = "EDGEPIPE_CLIENT_SECRET"
-	envEnvironmentIDs = "EDGEPIPE_ENVIRONMENT_ID"
-	envOrganizations  = "EDGEPIPE_ORGANIZATION_ID"
-)
+// envOrganizations holds the organizations to serve (comma-separated) when
+// no --organization-id is given.
+const envOrganizations = "EDGEPIPE_ORGANIZATION_ID"
 
 // commonFlags are the flags every command shares: where the API is, whom to
 // serve, at which granularity.
 type commonFlags struct {
-	apiURL, authURL  string
-	clientSecretFile string
-	environmentIDs   []string
-	organizationIDs  []string
-	granularityName  string
-	shardIndex       int
-	shardCount       int
-	simulate         bool
-	logLevel         string
-	logFormat        string
-	configFile       string
+	// platform holds the shared platform flags; tests that build a
+	// commonFlags themselves leave it nil and set apiURL, authURL and
+	// environmentIDs.
+	platform        *cli.Platform
+	organizationIDs []string
+	granularityName string
+	shardIndex      int
+	shardCount      int
+	simulate        bool
+	configFile      string
 
 	// Resolved by resolve().
+	apiURL, authURL        string
+	environmentIDs         []string
 	clientID, clientSecret string
 	granularity            metricsapi.Granularity
 	shard                  schedule.Shard
@@ -51,17 +45,10 @@ type commonFlags struct {
 	config *exportconfig.Config
 }
 
-func registerCommonFlags(app *kingpin.Application) *commonFlags {
-	c := &commonFlags{}
-	app.Flag("api.url", "The platform's base_url.").Envar("EDGEPIPE_API_URL").StringVar(&c.apiURL)
-	app.Flag("auth.url", "The platform's auth_url; tokens come from <auth.url>/connect/token (default: --api.url).").
-		Envar("EDGEPIPE_AUTH_URL").StringVar(&c.authURL)
-	app.Flag("client-secret-file", "File holding the API client secret (instead of "+envClientSecret+"). The client ID comes from "+envClientID+".").
-		StringVar(&c.clientSecretFile)
-	app.Flag("environment-id", "Environment to serve (repeatable or comma-separated; env "+envEnvironmentIDs+", comma-separated).").
-		StringsVar(&c.environmentIDs)
-	app.Flag("organization-id", "Serve every environment of every property of this organization, rediscovered periodically (repeatable or comma-separated; env "+envOrganizations+").").
-		StringsVar(&c.organizationIDs)
+func registerCommonFlags(app *cli.App) *commonFlags {
+	c := &commonFlags{platform: cli.AddPlatformFlags(app)}
+	app.Flag("organization-id", "Serve every environment of every property of this organization, rediscovered periodically (repeatable or comma-separated).").
+		Envar(envOrganizations).PlaceHolder("ID").StringsVar(&c.organizationIDs)
 	app.Flag("granularity", "Bucket width polled: FIVE_MINUTES, HOUR or DAY.").Default(string(metricsapi.FiveMinutes)).StringVar(&c.granularityName)
 	app.Flag("shard.index", "This instance's shard in [0, shard.count): it serves the environments with FNV-1a-64(id) mod shard.count == shard.index.").
 		Default("0").IntVar(&c.shardIndex)
@@ -70,28 +57,7 @@ func registerCommonFlags(app *kingpin.Application) *commonFlags {
 		"metrics (regular expressions) and percentiles; environments included or excluded by ID, name or property; the metric-name prefix. "+
 		"Checked against the platform's datasets at start.").PlaceHolder("FILE").StringVar(&c.configFile)
 	app.Flag("simulate", "Run against the built-in platform simulator (demo credentials and organization; no other flag needed).").BoolVar(&c.simulate)
-	app.Flag("log.level", "Log level: debug, info, warn, error.").Default("info").EnumVar(&c.logLevel, "debug", "info", "warn", "error")
-	app.Flag("log.format", "Log format: logfmt or json.").Default("logfmt").EnumVar(&c.logFormat, "logfmt", "json")
 	return c
-}
-
-// splitList splits comma-separated entries of vals (and of the environment
-// variable env when vals is empty), dropping blanks.
-func splitList(vals []string, env string) []string {
-	if len(vals) == 0 && env != "" {
-		if v := os.Getenv(env); v != "" {
-			vals = []string{v}
-		}
-	}
-	var out []string
-	for _, v := range vals {
-		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
 }
 
 // resolve checks the flags and reads the credentials. Under --simulate the
@@ -105,8 +71,13 @@ func (c *commonFlags) resolve() error {
 	if err := c.shard.Validate(); err != nil {
 		return fmt.Errorf("--shard.index/--shard.count: %w", err)
 	}
-	c.environmentIDs = splitList(c.environmentIDs, envEnvironmentIDs)
-	c.organizationIDs = splitList(c.organizationIDs, envOrganizations)
+	p := c.platform
+	if p == nil {
+		p = &cli.Platform{APIURL: c.apiURL, AuthURL: c.authURL, EnvironmentIDs: c.environmentIDs}
+	}
+	p.Resolve()
+	c.apiURL, c.authURL, c.environmentIDs = p.APIURL, p.AuthURL, p.EnvironmentIDs
+	c.organizationIDs = cli.SplitList(c.organizationIDs...)
 	c.config = exportconfig.Default()
 	if c.configFile != "" {
 		if c.config, err = exportconfig.Load(c.configFile); err != nil {
@@ -119,25 +90,11 @@ func (c *commonFlags) resolve() error {
 	if c.apiURL == "" {
 		return errors.New("--api.url (or EDGEPIPE_API_URL) is required, or use --simulate")
 	}
-	if c.authURL == "" {
-		c.authURL = c.apiURL
-	}
 	if len(c.environmentIDs) == 0 && len(c.organizationIDs) == 0 {
 		return errors.New("nothing to serve: give --environment-id and/or --organization-id (or EDGEPIPE_ENVIRONMENT_ID / EDGEPIPE_ORGANIZATION_ID)")
 	}
-	c.clientID = os.Getenv(envClientID)
-	c.clientSecret = os.Getenv(envClientSecret)
-	if c.clientSecretFile != "" {
-		b, err := os.ReadFile(c.clientSecretFile)
-		if err != nil {
-			return fmt.Errorf("--client-secret-file: %w", err)
-		}
-		c.clientSecret = strings.TrimSpace(string(b))
-	}
-	if c.clientID == "" || c.clientSecret == "" {
-		return fmt.Errorf("API credentials missing: set %s and %s (or --client-secret-file)", envClientID, envClientSecret)
-	}
-	return nil
+	c.clientID, c.clientSecret, err = p.Credentials()
+	return err
 }
 
 // host is what main builds once for every command and hands to the run
@@ -177,7 +134,7 @@ func newHost(c *commonFlags, log *slog.Logger) (*host, error) {
 	if err := c.resolve(); err != nil {
 		return nil, err
 	}
-	return &host{common: c, log: log, version: version.Get().Version, registerer: prometheus.NewRegistry()}, nil
+	return &host{common: c, log: log, version: cli.Version(), registerer: prometheus.NewRegistry()}, nil
 }
 
 // clients builds (once) the platform, metrics and accounts clients from the

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alecthomas/kingpin/v2"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/edgepipe/edgepipe/internal/platformsim"
@@ -21,16 +20,11 @@ import (
 
 func parseCommon(t *testing.T, args ...string) (*commonFlags, *runFlags, error) {
 	t.Helper()
-	app := kingpin.New("exporter", "")
-	app.Terminate(nil)
-	app.ErrorWriter(io.Discard)
-	c := registerCommonFlags(app)
-	run := app.Command("run", "").Default()
-	rf := registerRunFlags(run)
-	if _, err := app.Parse(args); err != nil {
+	cl := newCommandLine(io.Discard, io.Discard)
+	if _, err := cl.app.Parse(args); err != nil {
 		return nil, nil, err
 	}
-	return c, rf, c.resolve()
+	return cl.common, cl.run, cl.common.resolve()
 }
 
 func TestFlags(t *testing.T) {
@@ -46,8 +40,8 @@ func TestFlags(t *testing.T) {
 		check   func(*testing.T, *commonFlags, *runFlags)
 	}{
 		{name: "simulate needs nothing", args: []string{"--simulate"}, check: func(t *testing.T, _ *commonFlags, rf *runFlags) {
-			if rf.pollInterval != time.Minute || rf.settleWindow != 0 || (*rf.web.WebListenAddresses)[0] != ":9780" {
-				t.Errorf("defaults: poll %v settle %v listen %v", rf.pollInterval, rf.settleWindow, *rf.web.WebListenAddresses)
+			if rf.pollInterval != time.Minute || rf.settleWindow != 0 || (*rf.web.Flags.WebListenAddresses)[0] != ":9780" {
+				t.Errorf("defaults: poll %v settle %v listen %v", rf.pollInterval, rf.settleWindow, *rf.web.Flags.WebListenAddresses)
 			}
 		}},
 		{name: "no api url", args: []string{"--environment-id=e1"}, wantErr: "--api.url"},

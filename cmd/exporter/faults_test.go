@@ -304,7 +304,7 @@ func TestAuthFailureIsVisible(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--api.url=" + base, "--organization-id=" + platformsim.DemoOrganizationID,
-			"--dataset=edge_errors", "--dataset=origin_errors", "--web.listen-address=" + addr, "--log.level=error"}, os.Stderr)
+			"--dataset=edge_errors", "--dataset=origin_errors", "--web.listen-address=" + addr, "--log.level=error"}, io.Discard, os.Stderr)
 	}()
 	defer func() {
 		cancel()
@@ -339,8 +339,8 @@ func TestAuthFailureIsVisible(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", k, v, ok, want)
 		}
 	}
-	if r := (&rig{}).sumSelf(got, "edgepipe_build_info"); r != 1 {
-		t.Errorf("edgepipe_build_info missing (the dashboards' job variable needs an always-present series)")
+	if r := (&rig{}).sumSelf(got, "edgepipe_exporter_build_info"); r != 1 {
+		t.Errorf("edgepipe_exporter_build_info missing (an always-present series)")
 	}
 	if code, _ := te.get("/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz = %d, want 503", code)
@@ -354,7 +354,7 @@ func TestUnknownDatasetIsAnError(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := run(ctx, []string{"--api.url=" + base, "--organization-id=" + platformsim.DemoOrganizationID,
-		"--dataset=edge_errors", "--dataset=edge_eror", "--web.listen-address=127.0.0.1:0", "--log.level=error"}, os.Stderr)
+		"--dataset=edge_errors", "--dataset=edge_eror", "--web.listen-address=127.0.0.1:0", "--log.level=error"}, io.Discard, os.Stderr)
 	if ctx.Err() != nil {
 		t.Fatal("the exporter kept running")
 	}

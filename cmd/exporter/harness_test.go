@@ -17,11 +17,19 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/exporter-toolkit/web"
 
+	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/schedule/fakeclock"
 	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
+)
+
+// The shared variables under the names this package's tests use.
+const (
+	envClientID       = cli.EnvClientID
+	envClientSecret   = cli.EnvClientSecret
+	envEnvironmentIDs = cli.EnvEnvironmentIDs
 )
 
 // start is the simulated time every integration test begins at: mid-bucket,
@@ -120,7 +128,7 @@ func (te *testExporter) launch(addr string) {
 	t.Helper()
 	o := te.opts
 	common := &commonFlags{apiURL: te.base, authURL: te.base, organizationIDs: []string{platformsim.DemoOrganizationID},
-		granularityName: "FIVE_MINUTES", shardCount: 1, logLevel: "warn", logFormat: "logfmt"}
+		granularityName: "FIVE_MINUTES", shardCount: 1}
 	if o.common != nil {
 		o.common(common)
 	}
@@ -142,7 +150,7 @@ func (te *testExporter) launch(addr string) {
 	noSocket, noConfig := false, ""
 	rf := &runFlags{pollInterval: time.Minute, discoveryInterval: 5 * time.Minute, concurrency: 4,
 		seriesTTL: promsink.DefaultSeriesTTL, gaugeMaxAge: promsink.DefaultGaugeMaxAge, shutdownTimeout: 5 * time.Second, otlpQueue: 256,
-		web: &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &noSocket, WebConfigFile: &noConfig}}
+		web: &cli.Web{Flags: &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &noSocket, WebConfigFile: &noConfig}}}
 	if o.run != nil {
 		o.run(rf)
 	}

@@ -9,8 +9,10 @@
 //
 // # Commands
 //
-// run (the default) discovers the environments to serve (--environment-id,
-// or every environment of --organization-id, split between instances with
+// run (the default: "exporter [flags]" is "exporter run [flags]", and
+// "exporter --help" lists its flags too) discovers the environments to
+// serve (--environment-id, or every environment of --organization-id,
+// split between instances with
 // --shard.index/--shard.count), polls every dataset at --granularity and
 // hands each batch of buckets to the configured sinks: the Prometheus
 // collector served on --web.listen-address (always), OTLP push with
@@ -40,20 +42,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
+	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kingpin/v2"
 
-	"github.com/edgepipe/edgepipe/internal/version"
+	"github.com/edgepipe/edgepipe/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stderr)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "exporter:", err)
@@ -61,56 +62,53 @@ func main() {
 	}
 }
 
+// commandLine is the exporter's command line: the shared flags, the run
+// command (the default) and the extensions' flags and commands.
+type commandLine struct {
+	app    *cli.App
+	common *commonFlags
+	runCmd *kingpin.CmdClause
+	run    *runFlags
+	exts   []extension
+}
+
+// newCommandLine declares the exporter's flags and commands; help and
+// --version go to stdout, the log to stderr.
+func newCommandLine(stdout, stderr io.Writer) *commandLine {
+	app := cli.New("exporter", "Export a CDN platform's traffic metrics to Prometheus, OpenTelemetry and more.", stdout, stderr)
+	cl := &commandLine{app: app, common: registerCommonFlags(app), exts: extensions()}
+	cl.runCmd = app.Command("run", "Poll the Metrics API and serve/publish the metrics (the default command).").Default()
+	cl.run = registerRunFlags(cl.runCmd)
+	for _, e := range cl.exts {
+		e.register(app.Application, cl.runCmd)
+	}
+	return cl
+}
+
 // run parses args and runs the chosen command until ctx is done.
-func run(ctx context.Context, args []string, stderr *os.File) error {
-	app := kingpin.New("exporter", "Export a CDN platform's traffic metrics to Prometheus, OpenTelemetry and more.")
-	app.Version(version.Get().String())
-	app.HelpFlag.Short('h')
-	common := registerCommonFlags(app)
-	runCmd := app.Command("run", "Poll the Metrics API and serve/publish the metrics (the default command).").Default()
-	rf := registerRunFlags(runCmd)
-	exts := extensions()
-	for _, e := range exts {
-		e.register(app, runCmd)
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cl := newCommandLine(stdout, stderr)
+	cmd, err := cl.app.Parse(args)
+	if errors.Is(err, cli.ErrPrinted) {
+		return nil
 	}
-	cmd, err := app.Parse(args)
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(common.logLevel, common.logFormat, stderr)
-	if err != nil {
-		return err
-	}
-	h, err := newHost(common, log)
+	h, err := newHost(cl.common, cl.app.Logger())
 	if err != nil {
 		return err
 	}
 	defer h.close()
 
-	if cmd == runCmd.FullCommand() {
-		return runExporter(ctx, h, rf, exts, runDeps{})
+	if cmd == cl.runCmd.FullCommand() {
+		return runExporter(ctx, h, cl.run, cl.exts, runDeps{})
 	}
-	for _, e := range exts {
+	for _, e := range cl.exts {
 		handled, err := e.command(ctx, cmd, h)
 		if handled {
 			return err
 		}
 	}
 	return fmt.Errorf("unknown command %q", cmd)
-}
-
-// newLogger builds the process logger from --log.level and --log.format.
-func newLogger(level, format string, w *os.File) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log.level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch strings.ToLower(format) {
-	case "logfmt", "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, errors.New("--log.format: want logfmt or json")
 }

@@ -7,21 +7,20 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"time"
 
 	"github.com/alecthomas/kingpin/v2"
+	rungroup "github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/exporter-toolkit/web"
-	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/exportconfig"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/otel"
 	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
 	"github.com/edgepipe/edgepipe/internal/statedir"
-	"github.com/edgepipe/edgepipe/internal/version"
 )
 
 // DefaultListenAddress is the exporter's default --web.listen-address.
@@ -44,7 +43,7 @@ type runFlags struct {
 	gaugeMaxAge       time.Duration
 	maxSeries         int
 	shutdownTimeout   time.Duration
-	web               *web.FlagConfig
+	web               *cli.Web
 }
 
 func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
@@ -73,7 +72,7 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 		"refused, counted in edgepipe_series_limit_dropped_total{dataset} and logged, while those held keep updating. 0: no limit.").
 		Default(strconv.Itoa(promsink.DefaultMaxSeries)).IntVar(&f.maxSeries)
 	cmd.Flag("shutdown-timeout", "How long shutdown may take to flush sinks.").Default("10s").DurationVar(&f.shutdownTimeout)
-	f.web = kingpinflag.AddFlags(cmd, DefaultListenAddress)
+	f.web = cli.AddWebFlags(cmd, DefaultListenAddress)
 	return f
 }
 
@@ -91,14 +90,16 @@ type exporter struct {
 	self      *promsink.SelfMetrics
 	collector *promsink.Collector
 	sched     *schedule.Scheduler
-	handler   http.Handler
+	metrics   http.Handler        // /metrics
+	handler   http.Handler        // /healthz, /readyz
 	state     schedule.StateSaver // nil without --state.dir
 	closers   []func(context.Context) error
 }
 
 // runExporter builds the exporter from the flags and runs it until ctx is
-// done: scheduler and web server, then an orderly shutdown (web server,
-// poll loops, then sinks flush within --shutdown-timeout).
+// done: scheduler and web server in one run group, then an orderly
+// shutdown (web server, poll loops, then sinks flush within
+// --shutdown-timeout).
 func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, deps runDeps) error {
 	x, err := buildExporter(ctx, h, f, exts, deps)
 	if err != nil {
@@ -113,55 +114,41 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 			}
 		}
 	}()
+	srv, err := f.web.NewServer(cli.Site{
+		Landing: web.LandingConfig{
+			Name:        "edgepipe exporter",
+			Description: "Exports the CDN platform's traffic metrics (every dataset of every environment) to Prometheus and OpenTelemetry.",
+			Links: []web.LandingLinks{
+				{Address: "/metrics", Text: "Metrics"},
+				{Address: "/healthz", Text: "Health"},
+				{Address: "/readyz", Text: "Readiness", Description: "ready after the first discovery and a successful poll of every dataset"},
+			},
+		},
+		Metrics:  x.metrics,
+		Handler:  x.handler,
+		Listener: deps.listener,
+	}, h.log)
+	if err != nil {
+		return err
+	}
 
-	srv := &http.Server{Handler: x.handler, ReadHeaderTimeout: 10 * time.Second}
-	srvErr := make(chan error, 1)
-	go func() {
-		if deps.listener != nil {
-			srvErr <- web.Serve(deps.listener, srv, f.web, h.log)
-		} else {
-			srvErr <- web.ListenAndServe(srv, f.web, h.log)
-		}
-	}()
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	schedErr := make(chan error, 1)
-	go func() { schedErr <- x.sched.Run(runCtx) }()
+	var g rungroup.Group
+	g.Add(cli.ContextActor(ctx))
+	g.Add(srv.Actor(5 * time.Second))
+	schedCtx, stopSched := context.WithCancel(context.Background())
+	// Only a configuration error (an unknown --dataset, a config file that
+	// does not fit the platform's datasets) ends the scheduler before it is
+	// interrupted.
+	g.Add(func() error { return x.sched.Run(schedCtx) }, func(error) { stopSched() })
 	if deps.ready != nil {
 		deps.ready <- x
 	}
 	h.log.Info("exporter running", "granularity", h.common.granularity, "poll_interval", f.pollInterval,
 		"settle_window", x.sched.SettleWindow(), "shard", fmt.Sprintf("%d/%d", h.common.shard.Index, h.common.shard.Count),
 		"config_file", h.common.config.Source, "prefix", h.common.config.Prefix, "max_series", f.maxSeries)
-
-	var result error
-	schedDone := false
-	select {
-	case <-ctx.Done():
-	case err := <-srvErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			result = fmt.Errorf("web server: %w", err)
-		}
-	case err := <-schedErr:
-		// Only a configuration error (an unknown --dataset, a config
-		// file that does not fit the platform's datasets) ends the
-		// scheduler before ctx does.
-		schedDone = true
-		result = err
-	}
-	cancel()
-	if !schedDone {
-		if err := <-schedErr; err != nil && !errors.Is(err, context.Canceled) {
-			result = errors.Join(result, fmt.Errorf("scheduler: %w", err))
-		}
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	if err := srv.Shutdown(sctx); err != nil {
-		h.log.Warn("web server shutdown", "err", err)
-	}
-	scancel()
+	err = g.Run()
 	h.log.Info("exporter stopped")
-	return result
+	return err
 }
 
 // buildExporter wires registry, self-metrics, clients, sinks and scheduler.
@@ -184,8 +171,10 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		local = schedule.RealClock{}
 	}
 	clock := schedule.NewPlatformClock(local)
-	vi := version.Get()
-	self, err := promsink.NewSelfMetrics(x.reg, promsink.BuildInfo{Version: vi.Version, Revision: vi.Revision, GoVersion: runtime.Version()}, clock.Now)
+	if err := x.reg.Register(cli.BuildInfo("exporter")); err != nil {
+		return nil, fmt.Errorf("build info: %w", err)
+	}
+	self, err := promsink.NewSelfMetrics(x.reg, clock.Now)
 	if err != nil {
 		return nil, fmt.Errorf("self-metrics: %w", err)
 	}
@@ -230,7 +219,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		if err != nil {
 			return nil, err
 		}
-		res, err := otel.NewResource(ctx, vi.Version)
+		res, err := otel.NewResource(ctx, h.version)
 		if err != nil {
 			return nil, err
 		}
@@ -286,22 +275,18 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	if err != nil {
 		return nil, err
 	}
-	x.handler, err = newHandler(x.reg, x.collector, x.sched, h, vi.Version)
-	if err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-// newHandler serves /metrics (the registry's self-metrics, then the
-// collector's series), /healthz, /readyz and the landing page.
-func newHandler(reg *prometheus.Registry, c *promsink.Collector, sched *schedule.Scheduler, h *host, ver string) (http.Handler, error) {
-	mux := http.NewServeMux()
-	metrics, err := promsink.Handler(reg, c, func(err error) { h.log.Error("serving /metrics", "err", err) })
+	x.metrics, err = promsink.Handler(x.reg, x.collector, func(err error) { cli.LogServeError(h.log, "/metrics", err) })
 	if err != nil {
 		return nil, fmt.Errorf("/metrics handler: %w", err)
 	}
-	mux.Handle("/metrics", metrics)
+	x.handler = newHandler(x.sched)
+	return x, nil
+}
+
+// newHandler serves /healthz and /readyz (the web server adds /metrics and
+// the landing page).
+func newHandler(sched *schedule.Scheduler) http.Handler {
+	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -315,21 +300,7 @@ func newHandler(reg *prometheus.Registry, c *promsink.Collector, sched *schedule
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	landing, err := web.NewLandingPage(web.LandingConfig{
-		Name:        "edgepipe exporter",
-		Description: "Exports the CDN platform's traffic metrics (every dataset of every environment) to Prometheus and OpenTelemetry.",
-		Version:     ver,
-		Links: []web.LandingLinks{
-			{Address: "/metrics", Text: "Metrics"},
-			{Address: "/healthz", Text: "Health"},
-			{Address: "/readyz", Text: "Readiness", Description: "ready after the first discovery and a successful poll of every dataset"},
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("landing page: %w", err)
-	}
-	mux.Handle("/", landing)
-	return mux, nil
+	return mux
 }
 
 // openState opens --state.dir and returns the tracker to start from: empty

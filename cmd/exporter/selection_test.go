@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"os"
@@ -520,7 +521,7 @@ func TestConfigFileInvalid(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = run(ctx, []string{"--api.url=" + base, "--organization-id=" + platformsim.DemoOrganizationID,
-				"--web.listen-address=" + testenv.FreeAddr(t), "--log.level=warn", "--config.file=" + path}, stderr)
+				"--web.listen-address=" + testenv.FreeAddr(t), "--log.level=warn", "--config.file=" + path}, io.Discard, stderr)
 			if ctx.Err() != nil {
 				t.Fatal("the exporter kept running with an invalid config file")
 			}

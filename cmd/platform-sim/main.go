@@ -7,7 +7,8 @@
 //	  http://127.0.0.1:9790/connect/token
 //
 // The demo client's secret is documented (edgepipe-demo-secret); set
-// EDGEPIPE_SIM_CLIENT_SECRET to require another one.
+// EDGEPIPE_SIM_CLIENT_SECRET (or --client-secret-file) to require another
+// one.
 package main
 
 import (
@@ -15,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strconv"
@@ -23,8 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/alecthomas/kingpin/v2"
-
+	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 )
 
@@ -38,82 +37,118 @@ func main() {
 	}
 }
 
+// envClientSecret holds the demo client's secret when it is not the
+// documented one.
+const envClientSecret = "EDGEPIPE_SIM_CLIENT_SECRET"
+
+// simFlags are the parsed command line.
+type simFlags struct {
+	clientSecret  *cli.Secret
+	listen        *string
+	seed          *int64
+	tokenLifetime *time.Duration
+	lateData      *time.Duration
+	properties    *int
+	environments  *int
+	numbers       *string
+	rate429       *float64
+	retryAfter    *time.Duration
+	rate5xx       *float64
+	latency       *time.Duration
+	badValues     *string
+	badValueRate  *float64
+	malformedRows *float64
+	clockOffset   *time.Duration
+	rateLimits    *bool
+	recordsPerSec *float64
+	batchSize     *int
+	flushInterval *time.Duration
+	retryInterval *time.Duration
+	insecure      *bool
+}
+
+// newCommandLine declares the simulator's flags.
+func newCommandLine(stdout, stderr io.Writer) (*cli.App, *simFlags) {
+	app := cli.New("platform-sim", "Simulated CDN platform API (auth, accounts, metrics, RTLD) with deterministic, realistic data.", stdout, stderr)
+	f := &simFlags{clientSecret: cli.SecretFlag(app, "client-secret-file", envClientSecret,
+		"File holding the secret the demo client ("+platformsim.DemoClientID+") must present (default: the documented "+platformsim.DemoClientSecret+").")}
+	f.listen = app.Flag("web.listen-address", "Address to serve the API and the token endpoint on.").Default("127.0.0.1:9790").String()
+	f.seed = app.Flag("seed", "Seed of the simulated world and its data.").Default("1").Int64()
+	f.tokenLifetime = app.Flag("token-lifetime", "Lifetime of issued access tokens.").Default(platformsim.DefaultTokenLifetime.String()).Duration()
+	f.lateData = app.Flag("late-data", "How long after a bucket ends its values keep changing (0 disables late data).").Default(platformsim.DefaultLateData.String()).Duration()
+	f.properties = app.Flag("world.properties", "Number of properties of the demo organization.").Default(strconv.Itoa(platformsim.DefaultProperties)).Int()
+	f.environments = app.Flag("world.environments", "Total number of environments, spread over the properties.").Default(strconv.Itoa(platformsim.DefaultEnvironments)).Int()
+	f.numbers = app.Flag("data.numbers", "How data rows render numbers: mixed (some rows as numeric strings), numbers, strings.").Default("mixed").Enum("mixed", "numbers", "strings")
+	f.rate429 = app.Flag("fault.rate-429", "Share of API requests answered 429 (0..1).").Default("0").Float64()
+	f.retryAfter = app.Flag("fault.retry-after", "Retry-After of injected 429 responses.").Default(platformsim.DefaultRetryAfter.String()).Duration()
+	f.rate5xx = app.Flag("fault.rate-5xx", "Share of API requests answered 500 or 503 (0..1).").Default("0").Float64()
+	f.latency = app.Flag("fault.latency", "Delay added to every API response.").Default("0s").Duration()
+	f.badValues = app.Flag("fault.bad-values", "Replace a share of the metric values of data rows by values that are not: null, nan (\"NaN\"), infinity (\"Infinity\"), negative (-12345, counts only) or text (\"n/a\").").
+		Enum("null", "nan", "infinity", "negative", "text")
+	f.badValueRate = app.Flag("fault.bad-value-rate", "Share of metric values --fault.bad-values replaces (0..1).").Default(strconv.FormatFloat(platformsim.DefaultBadValueRate, 'g', -1, 64)).Float64()
+	f.malformedRows = app.Flag("fault.malformed-rows", "Share of data rows replaced by a malformed row (wrong number of values, or an object) (0..1).").Default("0").Float64()
+	f.clockOffset = app.Flag("fault.clock-offset", "How far the platform's clock runs ahead of this machine's (negative: behind), e.g. -40m; moves the data, token expiry and the Date header.").Default("0s").Duration()
+	f.rateLimits = app.Flag("api.rate-limits", "Enforce the per-client rate limits of the spec (accounts: 2,000 GET per 5 minutes); --no-api.rate-limits disables.").Default("true").Bool()
+	f.recordsPerSec = app.Flag("delivery.records-per-second", "Access-log records generated per second for each enabled RTLD profile.").Default("5").Float64()
+	f.batchSize = app.Flag("delivery.batch-size", "Most records in one delivered log batch.").Default(strconv.Itoa(platformsim.DefaultBatchSize)).Int()
+	f.flushInterval = app.Flag("delivery.flush-interval", "How long records wait for a full batch before a partial one is sent.").Default(platformsim.DefaultFlushInterval.String()).Duration()
+	f.retryInterval = app.Flag("delivery.retry-interval", "Wait before a failed batch is sent again.").Default(platformsim.DefaultRetryInterval.String()).Duration()
+	f.insecure = app.Flag("delivery.insecure-skip-verify", "Accept any TLS certificate of destination endpoints (local demos only).").Bool()
+	return app, f
+}
+
 // run serves until ctx ends (SIGINT/SIGTERM in main).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	app := kingpin.New("platform-sim", "Simulated CDN platform API (auth, accounts, metrics, RTLD) with deterministic, realistic data.")
-	var (
-		listen        = app.Flag("web.listen-address", "Address to serve the API and the token endpoint on.").Default("127.0.0.1:9790").String()
-		seed          = app.Flag("seed", "Seed of the simulated world and its data.").Default("1").Int64()
-		tokenLifetime = app.Flag("token-lifetime", "Lifetime of issued access tokens.").Default(platformsim.DefaultTokenLifetime.String()).Duration()
-		lateData      = app.Flag("late-data", "How long after a bucket ends its values keep changing (0 disables late data).").Default(platformsim.DefaultLateData.String()).Duration()
-		properties    = app.Flag("world.properties", "Number of properties of the demo organization.").Default(strconv.Itoa(platformsim.DefaultProperties)).Int()
-		environments  = app.Flag("world.environments", "Total number of environments, spread over the properties.").Default(strconv.Itoa(platformsim.DefaultEnvironments)).Int()
-		numbers       = app.Flag("data.numbers", "How data rows render numbers: mixed (some rows as numeric strings), numbers, strings.").Default("mixed").Enum("mixed", "numbers", "strings")
-		rate429       = app.Flag("fault.rate-429", "Share of API requests answered 429 (0..1).").Default("0").Float64()
-		retryAfter    = app.Flag("fault.retry-after", "Retry-After of injected 429 responses.").Default(platformsim.DefaultRetryAfter.String()).Duration()
-		rate5xx       = app.Flag("fault.rate-5xx", "Share of API requests answered 500 or 503 (0..1).").Default("0").Float64()
-		latency       = app.Flag("fault.latency", "Delay added to every API response.").Default("0s").Duration()
-		badValues     = app.Flag("fault.bad-values", "Replace a share of the metric values of data rows by values that are not: null, nan (\"NaN\"), infinity (\"Infinity\"), negative (-12345, counts only) or text (\"n/a\").").
-				Enum("null", "nan", "infinity", "negative", "text")
-		badValueRate  = app.Flag("fault.bad-value-rate", "Share of metric values --fault.bad-values replaces (0..1).").Default(strconv.FormatFloat(platformsim.DefaultBadValueRate, 'g', -1, 64)).Float64()
-		malformedRows = app.Flag("fault.malformed-rows", "Share of data rows replaced by a malformed row (wrong number of values, or an object) (0..1).").Default("0").Float64()
-		clockOffset   = app.Flag("fault.clock-offset", "How far the platform's clock runs ahead of this machine's (negative: behind), e.g. -40m; moves the data, token expiry and the Date header.").Default("0s").Duration()
-		rateLimits    = app.Flag("api.rate-limits", "Enforce the per-client rate limits of the spec (accounts: 2,000 GET per 5 minutes); --no-api.rate-limits disables.").Default("true").Bool()
-		recordsPerSec = app.Flag("delivery.records-per-second", "Access-log records generated per second for each enabled RTLD profile.").Default("5").Float64()
-		batchSize     = app.Flag("delivery.batch-size", "Most records in one delivered log batch.").Default(strconv.Itoa(platformsim.DefaultBatchSize)).Int()
-		flushInterval = app.Flag("delivery.flush-interval", "How long records wait for a full batch before a partial one is sent.").Default(platformsim.DefaultFlushInterval.String()).Duration()
-		retryInterval = app.Flag("delivery.retry-interval", "Wait before a failed batch is sent again.").Default(platformsim.DefaultRetryInterval.String()).Duration()
-		insecure      = app.Flag("delivery.insecure-skip-verify", "Accept any TLS certificate of destination endpoints (local demos only).").Bool()
-		logLevel      = app.Flag("log.level", "Log level: debug, info, warn, error.").Default("info").Enum("debug", "info", "warn", "error")
-	)
-	app.UsageWriter(stderr)
-	app.ErrorWriter(stderr)
-	if _, err := app.Parse(args); err != nil {
+	app, f := newCommandLine(stdout, stderr)
+	_, err := app.Parse(args)
+	if errors.Is(err, cli.ErrPrinted) {
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("log level: %w", err)
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	log := app.Logger()
 
-	for name, v := range map[string]float64{"fault.rate-429": *rate429, "fault.rate-5xx": *rate5xx,
-		"fault.bad-value-rate": *badValueRate, "fault.malformed-rows": *malformedRows} {
+	for name, v := range map[string]float64{"fault.rate-429": *f.rate429, "fault.rate-5xx": *f.rate5xx,
+		"fault.bad-value-rate": *f.badValueRate, "fault.malformed-rows": *f.malformedRows} {
 		if v < 0 || v > 1 {
 			return fmt.Errorf("--%s must be between 0 and 1, got %v", name, v)
 		}
 	}
 	cfg := platformsim.Config{
-		Seed:          *seed,
-		TokenLifetime: *tokenLifetime,
-		LateData:      *lateData,
-		Properties:    *properties,
-		Environments:  *environments,
-		ClockOffset:   *clockOffset,
-		Faults: platformsim.Faults{Rate429: *rate429, RetryAfter: *retryAfter, Rate5xx: *rate5xx, Latency: *latency,
-			BadValues: platformsim.BadValue(*badValues), BadValueRate: *badValueRate, MalformedRowRate: *malformedRows},
-		RateLimits: *rateLimits,
+		Seed:          *f.seed,
+		TokenLifetime: *f.tokenLifetime,
+		LateData:      *f.lateData,
+		Properties:    *f.properties,
+		Environments:  *f.environments,
+		ClockOffset:   *f.clockOffset,
+		Faults: platformsim.Faults{Rate429: *f.rate429, RetryAfter: *f.retryAfter, Rate5xx: *f.rate5xx, Latency: *f.latency,
+			BadValues: platformsim.BadValue(*f.badValues), BadValueRate: *f.badValueRate, MalformedRowRate: *f.malformedRows},
+		RateLimits: *f.rateLimits,
 		Delivery: platformsim.DeliveryConfig{
-			RecordsPerSecond:      *recordsPerSec,
-			BatchSize:             *batchSize,
-			FlushInterval:         *flushInterval,
-			RetryInterval:         *retryInterval,
-			DevInsecureSkipVerify: *insecure,
+			RecordsPerSecond:      *f.recordsPerSec,
+			BatchSize:             *f.batchSize,
+			FlushInterval:         *f.flushInterval,
+			RetryInterval:         *f.retryInterval,
+			DevInsecureSkipVerify: *f.insecure,
 		},
 	}
 	if cfg.LateData == 0 {
 		cfg.LateData = -1 // Config: negative disables, zero means the default
 	}
-	switch *numbers {
+	switch *f.numbers {
 	case "numbers":
 		cfg.Numbers = platformsim.NumbersOnly
 	case "strings":
 		cfg.Numbers = platformsim.NumbersAsStrings
 	}
-	secret := platformsim.DemoClientSecret
-	secretSource := "documented demo secret"
-	if v, ok := os.LookupEnv("EDGEPIPE_SIM_CLIENT_SECRET"); ok && strings.TrimSpace(v) != "" {
-		secret, secretSource = v, "EDGEPIPE_SIM_CLIENT_SECRET"
+	secret, err := f.clientSecret.Read()
+	if err != nil {
+		return err
+	}
+	secretSource := "set by --client-secret-file or " + envClientSecret
+	if strings.TrimSpace(secret) == "" {
+		secret, secretSource = platformsim.DemoClientSecret, "documented demo secret"
 	}
 	cfg.Clients = []platformsim.Client{{
 		ID:     platformsim.DemoClientID,
@@ -126,7 +161,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	base, err := srv.Start(*listen)
+	base, err := srv.Start(*f.listen)
 	if err != nil {
 		srv.Close()
 		return err
@@ -140,7 +175,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"client_secret_from", secretSource,
 		"properties", len(srv.Properties()),
 		"environments", len(envs),
-		"seed", *seed)
+		"seed", *f.seed)
 	fmt.Fprintf(stdout, "platform-sim: API and auth URL %s\n", base)
 	fmt.Fprintf(stdout, "platform-sim: organization ID %s\n", platformsim.DemoOrganizationID)
 	fmt.Fprintf(stdout, "platform-sim: client ID %s (secret: %s)\n", platformsim.DemoClientID, secretSource)

@@ -21,6 +21,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -30,12 +31,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/alecthomas/kingpin/v2"
 	"github.com/alecthomas/units"
+	rungroup "github.com/oklog/run"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/exporter-toolkit/web"
-	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 
+	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/rtld"
 	"github.com/edgepipe/edgepipe/internal/rtld/deadletter"
@@ -46,7 +47,10 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "rtld-receiver:", err)
 		os.Exit(1)
 	}
@@ -61,8 +65,8 @@ const (
 
 // flags holds the parsed command line.
 type flags struct {
-	apiURL, authURL     string
-	environmentIDs      []string
+	app                 *cli.App
+	platform            *cli.Platform
 	publicURL           string
 	profileName         string
 	fields              string
@@ -98,9 +102,12 @@ type flags struct {
 	simulate            bool
 	simRecordsPerSecond float64
 	simEnvironments     int
-	logLevel            string
-	logFormat           string
-	web                 *web.FlagConfig
+	web                 *cli.Web
+
+	// Secrets (the API client's are in platform).
+	rtldUsername, rtldPassword   *cli.Secret
+	kafkaUsername, kafkaPassword *cli.Secret
+	clickhousePassword           *cli.Secret
 
 	// The sinks' limits, the dead-letter store and its commands.
 	command              string // cmdRun, cmdDeadLetterList or cmdDeadLetterReplay
@@ -111,14 +118,26 @@ type flags struct {
 	replayTimeout        time.Duration
 }
 
+// parseFlags parses args, writing help and errors nowhere (tests).
 func parseFlags(args []string) (*flags, error) {
-	f := &flags{}
-	app := kingpin.New("rtld-receiver", "Receives the CDN platform's real-time access logs (RTLD http_post) and delivers every record to Kafka and ClickHouse, durably and exactly once under FINAL.\n\n"+
-		"Secrets come only from the environment, or from a file named by the same variable with _FILE appended: EDGEPIPE_CLIENT_ID, EDGEPIPE_CLIENT_SECRET (API client), EDGEPIPE_RTLD_USERNAME, EDGEPIPE_RTLD_PASSWORD (HTTP basic credentials of the profile, required on every batch), EDGEPIPE_CLICKHOUSE_PASSWORD (optional), EDGEPIPE_KAFKA_USERNAME, EDGEPIPE_KAFKA_PASSWORD (with --kafka.sasl.mechanism).")
-	app.HelpFlag.Short('h')
-	app.Flag("api.url", "The platform's base_url.").Envar("EDGEPIPE_API_URL").StringVar(&f.apiURL)
-	app.Flag("auth.url", "The platform's auth_url; tokens come from <auth.url>/connect/token.").Envar("EDGEPIPE_AUTH_URL").StringVar(&f.authURL)
-	app.Flag("environment-id", "Environment to serve (repeatable; EDGEPIPE_ENVIRONMENT_ID is comma-separated).").Envar("EDGEPIPE_ENVIRONMENT_ID").StringsVar(&f.environmentIDs)
+	f := newCommandLine(io.Discard, io.Discard)
+	cmd, err := f.app.Parse(args)
+	if err != nil {
+		return nil, err
+	}
+	f.resolve(cmd)
+	return f, nil
+}
+
+// newCommandLine declares the receiver's flags and commands.
+func newCommandLine(stdout, stderr io.Writer) *flags {
+	app := cli.New("rtld-receiver", "Receives the CDN platform's real-time access logs (RTLD http_post) and delivers every record to Kafka and ClickHouse, durably and exactly once under FINAL.\n\n"+
+		"Secrets come only from the environment, a file named by the same variable with _FILE appended, or a file named by a --…-file flag: EDGEPIPE_CLIENT_ID, EDGEPIPE_CLIENT_SECRET (API client; --client-secret-file), EDGEPIPE_RTLD_USERNAME, EDGEPIPE_RTLD_PASSWORD (HTTP basic credentials of the profile, required on every batch; --rtld.password-file), EDGEPIPE_CLICKHOUSE_PASSWORD (optional; --clickhouse.password-file), EDGEPIPE_KAFKA_USERNAME, EDGEPIPE_KAFKA_PASSWORD (with --kafka.sasl.mechanism; --kafka.password-file).",
+		stdout, stderr)
+	f := &flags{app: app, platform: cli.AddPlatformFlags(app),
+		rtldUsername: cli.EnvSecret("EDGEPIPE_RTLD_USERNAME"), kafkaUsername: cli.EnvSecret("EDGEPIPE_KAFKA_USERNAME")}
+	f.rtldPassword = cli.SecretFlag(app, "rtld.password-file", "EDGEPIPE_RTLD_PASSWORD",
+		"File holding the password of the HTTP basic credentials written into each profile and required on every batch (the user name comes from $EDGEPIPE_RTLD_USERNAME).")
 	app.Flag("public-url", "Base https URL the platform reaches this receiver at; each profile's destination_endpoint is <public-url>/ingest/<environment_id>.").Envar("EDGEPIPE_PUBLIC_URL").StringVar(&f.publicURL)
 	app.Flag("profile-name", "Name of the RTLD profile the receiver owns in each environment.").Default(rtld.DefaultProfileName).StringVar(&f.profileName)
 	app.Flag("fields", "Comma-separated log-field codes to request (default: every field the fields API lists).").StringVar(&f.fields)
@@ -136,8 +155,10 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("kafka.tls.key-file", "PEM key of --kafka.tls.cert-file.").PlaceHolder("FILE").StringVar(&f.kafkaTLSKeyFile)
 	app.Flag("kafka.tls.insecure-skip-verify", "FOR TESTING ONLY: accept any broker certificate (anyone on the path can read and alter the traffic).").BoolVar(&f.kafkaTLSInsecure)
 	app.Flag("kafka.max-message-bytes", "Largest record batch the Kafka brokers accept (their message.max.bytes or the topic's max.message.bytes); the writer's batches stay under it and a record too large for it alone is dead-lettered for Kafka (it still reaches ClickHouse). Must be at least --ingest.max-record-bytes.").Default(units.Base2Bytes(kafkasink.DefaultMaxMessageBytes).String()).BytesVar(&f.kafkaMaxMessageBytes)
-	app.Flag("kafka.sasl.mechanism", "Kafka SASL mechanism: none, plain, scram-sha-256, scram-sha-512. The username and password come only from EDGEPIPE_KAFKA_USERNAME and EDGEPIPE_KAFKA_PASSWORD (or their _FILE variants).").Default(kafkasink.SASLNone).EnumVar(&f.kafkaSASLMechanism, kafkasink.SASLMechanisms...)
-	app.Flag("clickhouse.dsn", "ClickHouse DSN (native protocol), e.g. clickhouse://127.0.0.1:9000/cdn; enables the ClickHouse sink (table access_logs). The password may come from EDGEPIPE_CLICKHOUSE_PASSWORD.").Envar("EDGEPIPE_CLICKHOUSE_DSN").StringVar(&f.clickhouseDSN)
+	app.Flag("kafka.sasl.mechanism", "Kafka SASL mechanism: none, plain, scram-sha-256, scram-sha-512. The username comes only from $EDGEPIPE_KAFKA_USERNAME (or the file named by $EDGEPIPE_KAFKA_USERNAME_FILE), the password as --kafka.password-file says.").Default(kafkasink.SASLNone).EnumVar(&f.kafkaSASLMechanism, kafkasink.SASLMechanisms...)
+	f.kafkaPassword = cli.SecretFlag(app, "kafka.password-file", "EDGEPIPE_KAFKA_PASSWORD", "File holding the Kafka SASL password (with --kafka.sasl.mechanism).")
+	app.Flag("clickhouse.dsn", "ClickHouse DSN (native protocol), e.g. clickhouse://127.0.0.1:9000/cdn; enables the ClickHouse sink (table access_logs). The password goes in $EDGEPIPE_CLICKHOUSE_PASSWORD or --clickhouse.password-file, not here.").Envar("EDGEPIPE_CLICKHOUSE_DSN").PlaceHolder("clickhouse://HOST:9000/DB").StringVar(&f.clickhouseDSN)
+	f.clickhousePassword = cli.SecretFlag(app, "clickhouse.password-file", "EDGEPIPE_CLICKHOUSE_PASSWORD", "File holding the ClickHouse password.")
 	app.Flag("clickhouse.cluster", "The cluster (remote_servers) the DSN's server belongs to: a Replicated access_logs_local on every node and a Distributed access_logs sharded by record identity, created ON CLUSTER, checked and completed on every node; a delivery counts once its rows are on their shards (insert_distributed_sync=1). Needs macros {shard} and {replica}.").PlaceHolder("NAME").StringVar(&f.clickhouseCluster)
 	app.Flag("clickhouse.insert-quorum", "With --clickhouse.cluster: a delivery counts only once this many replicas of each shard have its rows (insert_quorum; 0 = one replica).").Default("0").IntVar(&f.clickhouseQuorum)
 	app.Flag("clickhouse.retention", "Drop access-log records older than this, e.g. 30d: a table TTL from ClickHouse 19.6 on; on older servers whole days are dropped once all their records are older. 0 keeps everything.").Default("0s").SetValue(&f.clickhouseRetention)
@@ -157,9 +178,7 @@ func parseFlags(args []string) (*flags, error) {
 	app.Flag("simulate", "Run against the built-in platform simulator: it serves the API in-process and delivers log batches to this receiver over TLS on loopback.").BoolVar(&f.simulate)
 	app.Flag("simulate.records-per-second", "With --simulate: records generated per second for each environment's profile.").Default("20").Float64Var(&f.simRecordsPerSecond)
 	app.Flag("simulate.environments", "With --simulate: how many of the simulator's environments to serve when no --environment-id is given (0: all).").Default("3").IntVar(&f.simEnvironments)
-	app.Flag("log.level", "Log level: debug, info, warn, error.").Default("info").EnumVar(&f.logLevel, "debug", "info", "warn", "error")
-	app.Flag("log.format", "Log format: logfmt or json.").Default("logfmt").EnumVar(&f.logFormat, "logfmt", "json")
-	f.web = kingpinflag.AddFlags(app, ":9781")
+	f.web = cli.AddWebFlags(app, ":9781")
 	app.Command(cmdRun, "Receive batches and deliver them (the default command).").Default()
 	dl := app.Command("dead-letter", "Show and re-deliver the records a sink rejected for good (kept under <spool.dir>/dead-letter/<sink>/). Give the same --spool.dir and sink flags as the receiver runs with.")
 	list := dl.Command("list", "List the dead letters: one line per record with its sink, time, reason, batch identity, size and error.")
@@ -168,77 +187,51 @@ func parseFlags(args []string) (*flags, error) {
 	replay := dl.Command("replay", "Deliver the dead letters again through the sink (after the topic or table was fixed); what the sink acknowledges is removed, what it rejects again stays. Safe while the receiver runs; one replay per sink at a time.")
 	replay.Flag("sink", "Only this sink's dead letters (kafka or clickhouse); default every sink that has some.").EnumVar(&f.deadLetterSink, receiver.SinkKafka, receiver.SinkClickHouse)
 	replay.Flag("timeout", "Give up (keeping what was not delivered) when the sink stays unreachable this long.").Default("5m").DurationVar(&f.replayTimeout)
-	cmd, err := app.Parse(args)
-	if err != nil {
-		return nil, err
-	}
+	return f
+}
+
+// resolve completes the parsed flags of command cmd.
+func (f *flags) resolve(cmd string) {
 	f.command = cmd
-	var envs []string
-	for _, e := range f.environmentIDs {
-		for _, p := range strings.Split(e, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				envs = append(envs, p)
-			}
-		}
-	}
-	f.environmentIDs = envs
-	return f, nil
+	f.platform.Resolve()
 }
 
-func newLogger(f *flags) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(f.logLevel))
-	opts := &slog.HandlerOptions{Level: lvl}
-	if f.logFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+// run parses args and runs the chosen command until ctx is done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newCommandLine(stdout, stderr)
+	cmd, err := f.app.Parse(args)
+	if errors.Is(err, cli.ErrPrinted) {
+		return nil
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func run(args []string) error {
-	f, err := parseFlags(args)
 	if err != nil {
 		return err
 	}
+	f.resolve(cmd)
 	if err := checkSizes(f); err != nil {
 		return err
 	}
-	log := newLogger(f)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	log := f.app.Logger()
 
-	var username, password, clientID, clientSecret, chPassword, kafkaUsername, kafkaPassword string
+	var username, password, chPassword, kafkaUsername, kafkaPassword string
 	for _, s := range []struct {
-		env string
-		dst *string
+		secret *cli.Secret
+		dst    *string
 	}{
-		{"EDGEPIPE_RTLD_USERNAME", &username},
-		{"EDGEPIPE_RTLD_PASSWORD", &password},
-		{"EDGEPIPE_CLIENT_ID", &clientID},
-		{"EDGEPIPE_CLIENT_SECRET", &clientSecret},
-		{"EDGEPIPE_CLICKHOUSE_PASSWORD", &chPassword},
-		{"EDGEPIPE_KAFKA_USERNAME", &kafkaUsername},
-		{"EDGEPIPE_KAFKA_PASSWORD", &kafkaPassword},
+		{f.rtldUsername, &username},
+		{f.rtldPassword, &password},
+		{f.clickhousePassword, &chPassword},
+		{f.kafkaUsername, &kafkaUsername},
+		{f.kafkaPassword, &kafkaPassword},
 	} {
-		if *s.dst, err = secret(s.env); err != nil {
+		if *s.dst, err = s.secret.Read(); err != nil {
 			return err
 		}
 	}
 	switch f.command {
 	case cmdDeadLetterList:
-		return listDeadLetters(f, os.Stdout)
+		return listDeadLetters(f, stdout)
 	case cmdDeadLetterReplay:
-		return replayDeadLetters(ctx, f, sinkSecrets{chPassword, kafkaUsername, kafkaPassword}, log, os.Stdout)
+		return replayDeadLetters(ctx, f, sinkSecrets{chPassword, kafkaUsername, kafkaPassword}, log, stdout)
 	}
 	cfg := receiver.Config{
 		SpoolDir:          f.spoolDir,
@@ -256,18 +249,20 @@ func run(args []string) error {
 			RetryAfter:      f.retryAfter,
 		},
 		DeadLetterMaxBytes: int64(f.deadLetterMaxBytes),
-		EnvironmentIDs:     f.environmentIDs,
+		EnvironmentIDs:     f.platform.EnvironmentIDs,
 		GapGrace:           f.gapGrace,
 		Logger:             log,
 	}
 
+	p := f.platform
+	var clientID, clientSecret string
 	var sim *simulation
 	if f.simulate {
 		if sim, err = startSimulation(f, log); err != nil {
 			return err
 		}
 		defer sim.Close()
-		f.apiURL, f.authURL, f.publicURL = sim.apiURL, sim.apiURL, sim.publicURL
+		p.APIURL, p.AuthURL, f.publicURL = sim.apiURL, sim.apiURL, sim.publicURL
 		clientID, clientSecret = sim.clientID, sim.clientSecret
 		if len(cfg.EnvironmentIDs) == 0 {
 			cfg.EnvironmentIDs = sim.environmentIDs
@@ -277,7 +272,7 @@ func run(args []string) error {
 		}
 	}
 	if cfg.Ingest.Username == "" || cfg.Ingest.Password == "" {
-		return errors.New("EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD must be set: every batch is checked against them")
+		return errors.New("EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD (or --rtld.password-file) must be set: every batch is checked against them")
 	}
 	if cfg.Kafka, err = kafkaConfig(f, kafkaUsername, kafkaPassword, log); err != nil {
 		return err
@@ -292,20 +287,26 @@ func run(args []string) error {
 		if len(cfg.EnvironmentIDs) == 0 {
 			return errors.New("--environment-id is required to register profiles (or --no-register)")
 		}
-		if f.apiURL == "" || f.authURL == "" || clientID == "" || clientSecret == "" {
-			return errors.New("--api.url, --auth.url, EDGEPIPE_CLIENT_ID and EDGEPIPE_CLIENT_SECRET are required to register profiles (or --no-register)")
+		if p.APIURL == "" {
+			return errors.New("--api.url (or EDGEPIPE_API_URL) is required to register profiles (or --no-register)")
+		}
+		if sim == nil {
+			if clientID, clientSecret, err = p.Credentials(); err != nil {
+				return fmt.Errorf("%w; they are needed to register profiles (or --no-register)", err)
+			}
 		}
 		if !strings.HasPrefix(f.publicURL, "https://") {
 			return errors.New("--public-url must be an https URL the platform can reach (the platform posts only to https)")
 		}
-		client, err := platform.New(platform.Config{BaseURL: f.apiURL, AuthURL: f.authURL, ClientID: clientID, ClientSecret: clientSecret, Logger: log})
+		client, err := platform.New(platform.Config{BaseURL: p.APIURL, AuthURL: p.AuthURL, ClientID: clientID, ClientSecret: clientSecret,
+			Logger: log, Version: cli.Version()})
 		if err != nil {
 			return err
 		}
 		cfg.ProfileAPI = client.RTLD()
 		cfg.Registrar = &rtld.RegistrarConfig{
 			EnvironmentIDs: cfg.EnvironmentIDs, ProfileName: f.profileName, PublicURL: strings.TrimRight(f.publicURL, "/"),
-			Username: cfg.Ingest.Username, Password: cfg.Ingest.Password, Fields: splitList(f.fields),
+			Username: cfg.Ingest.Username, Password: cfg.Ingest.Password, Fields: cli.SplitList(f.fields),
 			Interval: f.registerInterval,
 		}
 	}
@@ -321,52 +322,61 @@ func run(args []string) error {
 		_ = rcv.Close()
 		return err
 	}
-	srv := &http.Server{
-		Handler:           rcv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
-		WriteTimeout:      2 * time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	if err := rcv.Registry().Register(cli.BuildInfo("rtld-receiver")); err != nil {
+		_ = rcv.Close()
+		return fmt.Errorf("build info: %w", err)
 	}
-	runDone := make(chan error, 1)
-	runCtx, cancelRun := context.WithCancel(context.Background())
-	defer cancelRun()
-	go func() { runDone <- rcv.Run(runCtx) }()
+	srv, err := f.web.NewServer(cli.Site{
+		Landing: web.LandingConfig{
+			Name:        "edgepipe rtld-receiver",
+			Description: "Receives the CDN platform's real-time access logs (POST /ingest/{environment_id}, HTTP basic auth) and delivers every record to Kafka and ClickHouse.",
+			Links: []web.LandingLinks{
+				{Address: "/metrics", Text: "Metrics"},
+				{Address: "/healthz", Text: "Health"},
+				{Address: "/readyz", Text: "Readiness", Description: "ready while the spool takes batches"},
+			},
+		},
+		Metrics: cli.MetricsHandler(rcv.Registry(), log),
+		Handler: rcv.Handler(),
+		Server: &http.Server{
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       2 * time.Minute,
+			WriteTimeout:      2 * time.Minute,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
+		},
+	}, log)
+	if err != nil {
+		_ = rcv.Close()
+		return err
+	}
 
-	serveErr := make(chan error, 2)
-	go func() { serveErr <- web.ListenAndServe(srv, f.web, log) }()
+	// Shutdown stops taking batches first (the web server, then the
+	// simulator's ingest listener, each waiting for the batches in flight),
+	// then the workers, which close the sinks and the spool.
+	var g rungroup.Group
+	g.Add(cli.ContextActor(ctx))
+	g.Add(srv.Actor(15 * time.Second))
 	if sim != nil {
-		go func() { serveErr <- sim.serveIngest(rcv.Handler()) }()
+		g.Add(sim.ingestActor(rcv.Handler(), log))
 	}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	var runErr error // Run's result, also when it ends because it was interrupted
+	g.Add(func() error {
+		runErr = rcv.Run(runCtx)
+		if runCtx.Err() == nil { // ended by itself
+			return fmt.Errorf("receiver stopped: %w", errors.Join(runErr, errors.New("ended")))
+		}
+		return nil
+	}, func(error) { stopRun() })
 	log.Info("rtld receiver started", "spool", f.spoolDir, "environments", len(cfg.EnvironmentIDs),
 		"kafka", cfg.Kafka != nil, "kafka_tls", f.kafkaTLS, "kafka_sasl", f.kafkaSASLMechanism, "clickhouse", cfg.ClickHouse != nil, "clickhouse_cluster", f.clickhouseCluster, "register", f.register, "simulate", f.simulate)
-
-	var result error
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down")
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			result = fmt.Errorf("serving HTTP: %w", err)
-		}
-	case err := <-runDone:
-		runDone <- err
-		result = fmt.Errorf("receiver stopped: %w", err)
+	err = g.Run()
+	if err == nil {
+		err = runErr
 	}
-	// Stop taking batches first, then stop the workers and close the spool.
-	shutCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutCtx)
-	if sim != nil {
-		sim.shutdownIngest(shutCtx)
-	}
-	cancelRun()
-	if err := <-runDone; err != nil && result == nil {
-		result = err
-	}
-	return result
+	log.Info("rtld receiver stopped")
+	return err
 }
 
 // checkRecordLimit refuses a record limit Kafka could never take: a record
@@ -389,7 +399,7 @@ func kafkaConfig(f *flags, username, password string, log *slog.Logger) (*kafkas
 		return nil, nil
 	}
 	c := &kafkasink.Config{
-		Brokers: splitList(f.kafkaBrokers), Topic: f.kafkaTopic, Compression: f.kafkaCompression,
+		Brokers: cli.SplitList(f.kafkaBrokers), Topic: f.kafkaTopic, Compression: f.kafkaCompression,
 		CreateTopic: f.kafkaCreateTopic, Partitions: f.kafkaPartitions, ReplicationFactor: f.kafkaReplication,
 		MaxMessageBytes: int64(f.kafkaMaxMessageBytes), Logger: log,
 	}
@@ -418,23 +428,6 @@ func kafkaConfig(f *flags, username, password string, log *slog.Logger) (*kafkas
 		log.Warn("--kafka.sasl.mechanism=plain without --kafka.tls sends the Kafka password in clear text")
 	}
 	return c, nil
-}
-
-// secret reads a secret from the environment variable name, or from the
-// file named by name_FILE (a trailing newline is dropped). Secrets never come
-// from flags, so they stay out of process listings.
-// secret returns the value of the environment variable name, or the content
-// of the file named by name_FILE (without its trailing newline) when that is
-// set.
-func secret(name string) (string, error) {
-	if path := os.Getenv(name + "_FILE"); path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return "", fmt.Errorf("reading %s_FILE: %w", name, err)
-		}
-		return strings.TrimRight(string(b), "\r\n"), nil
-	}
-	return os.Getenv(name), nil
 }
 
 func randomSecret() string {

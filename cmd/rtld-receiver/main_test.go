@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgepipe/edgepipe/internal/cli"
 )
 
 func TestParseFlagsDefaultsAndLists(t *testing.T) {
@@ -17,41 +19,26 @@ func TestParseFlagsDefaultsAndLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(f.environmentIDs, []string{"a", "b", "c"}) {
-		t.Fatalf("environments %q", f.environmentIDs)
+	if !reflect.DeepEqual(f.platform.EnvironmentIDs, []string{"a", "b", "c"}) {
+		t.Fatalf("environments %q", f.platform.EnvironmentIDs)
 	}
-	if got := splitList(f.kafkaBrokers); !reflect.DeepEqual(got, []string{"k1:9092", "k2:9092"}) {
+	if got := cli.SplitList(f.kafkaBrokers); !reflect.DeepEqual(got, []string{"k1:9092", "k2:9092"}) {
 		t.Fatalf("brokers %q", got)
 	}
 	if f.kafkaTopic != "cdn-access-logs" || f.spoolDir != "./data/spool" || f.profileName != "edgepipe" || !f.register ||
-		len(*f.web.WebListenAddresses) != 1 || (*f.web.WebListenAddresses)[0] != ":9781" {
+		len(*f.web.Flags.WebListenAddresses) != 1 || (*f.web.Flags.WebListenAddresses)[0] != ":9781" {
 		t.Fatalf("defaults: %+v", f)
 	}
 	if f.spoolMaxBytes != 10<<30 || f.maxDecodedBytes != 32<<20 {
 		t.Fatalf("sizes: %d %d", f.spoolMaxBytes, f.maxDecodedBytes)
 	}
 	t.Setenv("EDGEPIPE_ENVIRONMENT_ID", "x,y")
-	if f, err = parseFlags(nil); err != nil || !reflect.DeepEqual(f.environmentIDs, []string{"x", "y"}) {
-		t.Fatalf("from the environment: %q %v", f.environmentIDs, err)
+	if f, err = parseFlags(nil); err != nil || !reflect.DeepEqual(f.platform.EnvironmentIDs, []string{"x", "y"}) {
+		t.Fatalf("from the environment: %q %v", f.platform.EnvironmentIDs, err)
 	}
-}
-
-func TestSecretFromEnvOrFile(t *testing.T) {
-	t.Setenv("EDGEPIPE_RTLD_PASSWORD", "from-env")
-	if s, _ := secret("EDGEPIPE_RTLD_PASSWORD"); s != "from-env" {
-		t.Fatalf("env: %q", s)
-	}
-	p := filepath.Join(t.TempDir(), "pw")
-	if err := os.WriteFile(p, []byte("from-file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("EDGEPIPE_RTLD_PASSWORD_FILE", p)
-	if s, _ := secret("EDGEPIPE_RTLD_PASSWORD"); s != "from-file" {
-		t.Fatalf("file: %q", s)
-	}
-	t.Setenv("EDGEPIPE_RTLD_PASSWORD_FILE", p+".missing")
-	if _, err := secret("EDGEPIPE_RTLD_PASSWORD"); err == nil {
-		t.Fatal("missing file: no error")
+	// --auth.url defaults to --api.url, as on the exporter.
+	if f, err = parseFlags([]string{"--api.url=https://api.example"}); err != nil || f.platform.AuthURL != "https://api.example" {
+		t.Fatalf("--auth.url default: %q %v", f.platform.AuthURL, err)
 	}
 }
 
@@ -86,8 +73,12 @@ func TestKafkaSecurityFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("EDGEPIPE_KAFKA_PASSWORD_FILE", pw)
-	user, _ := secret("EDGEPIPE_KAFKA_USERNAME")
-	pass, err := secret("EDGEPIPE_KAFKA_PASSWORD")
+	f, err = parseFlags([]string{"--kafka.brokers=k:9093"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, _ := f.kafkaUsername.Read()
+	pass, err := f.kafkaPassword.Read()
 	if err != nil || user != "edgepipe" || pass != "file-secret" {
 		t.Fatalf("secrets: %q %q %v", user, pass, err)
 	}

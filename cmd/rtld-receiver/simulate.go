@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/big"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 )
 
@@ -25,7 +27,6 @@ import (
 type simulation struct {
 	sim            *platformsim.Server
 	ingest         net.Listener
-	ingestSrv      *http.Server
 	apiURL         string
 	publicURL      string
 	clientID       string
@@ -76,16 +77,22 @@ func startSimulation(f *flags, log *slog.Logger) (*simulation, error) {
 	return s, nil
 }
 
-// serveIngest serves h on the TLS listener until shutdownIngest.
-func (s *simulation) serveIngest(h http.Handler) error {
-	s.ingestSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
-	return s.ingestSrv.Serve(s.ingest)
-}
-
-func (s *simulation) shutdownIngest(ctx context.Context) {
-	if s.ingestSrv != nil {
-		_ = s.ingestSrv.Shutdown(ctx)
-	}
+// ingestActor returns the TLS ingest listener's server serving h as an
+// actor of a run group: execute serves, interrupt shuts the server down
+// and returns once the batches in flight are answered (at most 15 s).
+func (s *simulation) ingestActor(h http.Handler, log *slog.Logger) (execute func() error, interrupt func(error)) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+		ErrorLog: cli.ServerErrorLog(log)}
+	return func() error {
+			if err := srv.Serve(s.ingest); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("simulate: serving the TLS ingest listener: %w", err)
+			}
+			return nil
+		}, func(error) {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(ctx)
+		}
 }
 
 // Close stops the simulator.

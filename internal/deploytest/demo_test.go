@@ -293,9 +293,11 @@ func TestMakeDemo(t *testing.T) {
 		if err != nil {
 			t.Fatalf("make version: %v", err)
 		}
-		vec := queryVector(t, prom, `edgepipe_build_info{job="edgepipe-exporter"}`)
-		if len(vec) != 1 || string(vec[0].Metric["version"]) != strings.TrimSpace(string(version)) {
-			t.Errorf("exporter build_info %v, want version %s", vec, version)
+		for _, q := range []string{`edgepipe_exporter_build_info{job="edgepipe-exporter"}`, `edgepipe_rtld_receiver_build_info{job="edgepipe-receiver"}`} {
+			vec := queryVector(t, prom, q)
+			if len(vec) != 1 || string(vec[0].Metric["version"]) != strings.TrimSpace(string(version)) {
+				t.Errorf("%s: %v, want version %s", q, vec, version)
+			}
 		}
 		d.stop(t, false)
 	})

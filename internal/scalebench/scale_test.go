@@ -267,13 +267,17 @@ func readPolls(tb testing.TB, path string) map[string][]poll {
 			Revisions int    `json:"revisions"`
 			Baseline  int    `json:"baseline"`
 			Replayed  int    `json:"replayed"`
-			Took      int64  `json:"took"`
+			Took      string `json:"took"` // promslog writes durations as "1.5s"
 		}
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			tb.Fatalf("log line %s: %v", sc.Bytes(), err)
 		}
+		took, err := time.ParseDuration(l.Took)
+		if err != nil {
+			tb.Fatalf("log line %s: took: %v", sc.Bytes(), err)
+		}
 		out[l.Dataset] = append(out[l.Dataset], poll{requests: l.Requests, envs: l.Envs, new: l.New, revisions: l.Revisions,
-			baseline: l.Baseline, replayed: l.Replayed, took: time.Duration(l.Took)})
+			baseline: l.Baseline, replayed: l.Replayed, took: took})
 	}
 	return out
 }

@@ -239,6 +239,10 @@ func New(cfg Config) (_ *Receiver, err error) {
 // and /readyz.
 func (r *Receiver) Handler() http.Handler { return r.handler }
 
+// Registry returns the metrics registry (/metrics of the program serving
+// Handler).
+func (r *Receiver) Registry() *prometheus.Registry { return r.reg }
+
 // Check checks, before the receiver starts, what a sink can only find out
 // by connecting: that ClickHouse's access_logs can hold every field (it is
 // created or extended here). A column that cannot is an error (the receiver

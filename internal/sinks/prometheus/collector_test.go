@@ -233,7 +233,7 @@ func TestEnvironmentsAndStaleness(t *testing.T) {
 func TestSelfMetricsLintClean(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	now := base.Add(7 * time.Minute)
-	m, err := NewSelfMetrics(reg, BuildInfo{Version: "v1", Revision: "abc", GoVersion: "go1.26"}, func() time.Time { return now })
+	m, err := NewSelfMetrics(reg, func() time.Time { return now })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,6 @@ func TestSelfMetricsLintClean(t *testing.T) {
 		"edgepipe_dataset_up{dataset=edge_errors}":                             1,
 		"edgepipe_api_requests_total{method=POST,service=metrics,status=429}":  1,
 		"edgepipe_publish_errors_total{dataset=edge_errors,sink=otlp}":         1,
-		"edgepipe_build_info{goversion=go1.26,revision=abc,version=v1}":        1,
 		"edgepipe_environments{}":                                              3,
 		"edgepipe_last_successful_poll_timestamp_seconds{dataset=edge_errors}": float64(base.Add(time.Second).Unix()),
 	} {
@@ -268,7 +267,7 @@ func TestSelfMetricsLintClean(t *testing.T) {
 // shows once known.
 func TestSelfMetricsFailuresAreVisible(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	m, err := NewSelfMetrics(reg, BuildInfo{Version: "v1"}, nil)
+	m, err := NewSelfMetrics(reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

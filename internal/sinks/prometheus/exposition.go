@@ -21,7 +21,9 @@ import (
 // when the client accepts gzip. A registry that fails to gather is reported
 // to onError and what it did gather is served, as promhttp's
 // ContinueOnError does; errors are also counted in
-// promhttp_metric_handler_errors_total{cause}, as promhttp counts them.
+// promhttp_metric_handler_errors_total{cause}, as promhttp counts them. A
+// failed write (mostly a client that went away) ends the answer and is
+// reported to onError too.
 func Handler(reg *prometheus.Registry, c *Collector, onError func(error)) (http.Handler, error) {
 	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "promhttp_metric_handler_errors_total",
@@ -58,9 +60,12 @@ func Handler(reg *prometheus.Registry, c *Collector, onError func(error)) (http.
 				return
 			}
 		}
-		// A write error means the client went away: nothing to report.
-		if c.WriteText(bw) == nil {
-			_ = bw.Flush()
+		err = c.WriteText(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		if err != nil { // mostly a client that went away
+			onError(err)
 		}
 	}), nil
 }

@@ -149,7 +149,7 @@ func TestHandler(t *testing.T) {
 	c := newCollector(t, Options{MaxSeries: 1000})
 	publish(t, c, withTotals(batch(upd("e1", "us", 0, nil, 100, 0.5, 8000, 120, 40)), total("e1", "us", 0, 100)))
 	reg := prometheus.NewPedanticRegistry()
-	if _, err := NewSelfMetrics(reg, BuildInfo{Version: "v1"}, nil); err != nil {
+	if _, err := NewSelfMetrics(reg, nil); err != nil {
 		t.Fatal(err)
 	}
 	var errs []error
@@ -192,7 +192,7 @@ func TestHandler(t *testing.T) {
 			t.Fatalf("parse: %v\n%s", err, b)
 		}
 		for _, name := range []string{"cdn_edge_usage_by_country_requests_edge_total", "cdn_edge_usage_by_country_ttfb_edge_seconds",
-			"edgepipe_series", "edgepipe_series_limit", "edgepipe_series_limit_dropped_total", "edgepipe_build_info", "go_goroutines",
+			"edgepipe_series", "edgepipe_series_limit", "edgepipe_series_limit_dropped_total", "edgepipe_environments", "go_goroutines",
 			"promhttp_metric_handler_errors_total"} {
 			if mfs[name] == nil {
 				t.Errorf("/metrics lacks %s", name)

@@ -44,15 +44,10 @@ type SelfMetrics struct {
 	newestBucket   map[string]time.Time
 }
 
-// BuildInfo identifies the running build in edgepipe_build_info.
-type BuildInfo struct {
-	Version, Revision, GoVersion string
-}
-
-// NewSelfMetrics creates the self-metrics and registers them, the build
-// info and the standard Go and process collectors on reg. now is the clock
-// bucket lag is measured with (nil: time.Now).
-func NewSelfMetrics(reg prometheus.Registerer, build BuildInfo, now func() time.Time) (*SelfMetrics, error) {
+// NewSelfMetrics creates the self-metrics and registers them and the
+// standard Go and process collectors on reg (the program registers its
+// build info). now is the clock bucket lag is measured with (nil: time.Now).
+func NewSelfMetrics(reg prometheus.Registerer, now func() time.Time) (*SelfMetrics, error) {
 	if now == nil {
 		now = time.Now
 	}
@@ -134,16 +129,10 @@ func NewSelfMetrics(reg prometheus.Registerer, build BuildInfo, now func() time.
 			"Seconds from the end of the newest bucket received for a dataset until now.", []string{"dataset"}, nil),
 		newestBucket: make(map[string]time.Time),
 	}
-	info := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "edgepipe_build_info",
-		Help:        "Build of the running exporter; the value is always 1.",
-		ConstLabels: prometheus.Labels{"version": build.Version, "revision": build.Revision, "goversion": build.GoVersion},
-	})
-	info.Set(1)
 	for _, c := range []prometheus.Collector{
 		m.discoveryUp, m.invalidValues, m.invalidRows, m.deferredRows, m.decreases, skewCollector{m},
 		m.apiRequests, m.apiDuration, m.pollDuration, m.pollFailures, m.lastSuccess, m.up,
-		m.revisions, m.buckets, m.publishErrors, m.baseline, m.stateFailures, m.environments, info, lagCollector{m},
+		m.revisions, m.buckets, m.publishErrors, m.baseline, m.stateFailures, m.environments, lagCollector{m},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
