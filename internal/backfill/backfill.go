@@ -95,8 +95,44 @@ type Config struct {
 	// Now is the clock that decides the current bucket (default time.Now).
 	Now func() time.Time
 	// MaxTries bounds the attempts to write one chunk or record it
-	// (default 5); the Fetcher retries requests itself.
+	// (default DefaultMaxTries); the Fetcher retries requests itself.
 	MaxTries uint
+}
+
+// DefaultMaxTries is the default of Config.MaxTries.
+const DefaultMaxTries = 5
+
+// withDefaults returns c with every unset field set to its default.
+func (c Config) withDefaults() Config {
+	if c.Granularity == "" {
+		c.Granularity = metricsapi.FiveMinutes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.MaxTries == 0 {
+		c.MaxTries = DefaultMaxTries
+	}
+	return c
+}
+
+// validate reports every setting of c (with defaults applied) that cannot
+// make a plan. Run needs Fetcher, Writer and Progress besides.
+func (c Config) validate() error {
+	var errs []error
+	if c.Granularity.Duration() == 0 {
+		errs = append(errs, fmt.Errorf("unknown granularity %q", c.Granularity))
+	}
+	if c.From.IsZero() || c.To.IsZero() || !c.From.Before(c.To) {
+		errs = append(errs, fmt.Errorf("need --from before --to (got %s .. %s)", c.From.Format(time.RFC3339), c.To.Format(time.RFC3339)))
+	}
+	if len(c.Environments) == 0 {
+		errs = append(errs, errors.New("no environments"))
+	}
+	return errors.Join(errs...)
 }
 
 // Summary is what a run did.
@@ -120,21 +156,12 @@ type Summary struct {
 
 // Plan splits the backfill into chunks, in dataset and then time order.
 func Plan(cfg Config) ([]Chunk, []string, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, nil, fmt.Errorf("backfill: %w", err)
+	}
 	g := cfg.Granularity
-	if g == "" {
-		g = metricsapi.FiveMinutes
-	}
-	now := time.Now
-	if cfg.Now != nil {
-		now = cfg.Now
-	}
-	if cfg.From.IsZero() || cfg.To.IsZero() || !cfg.From.Before(cfg.To) {
-		return nil, nil, fmt.Errorf("backfill: need --from before --to (got %s .. %s)", cfg.From.Format(time.RFC3339), cfg.To.Format(time.RFC3339))
-	}
-	if len(cfg.Environments) == 0 {
-		return nil, nil, errors.New("backfill: no environments")
-	}
-	t := now()
+	t := cfg.Now()
 	to := cfg.To
 	if cur := g.Truncate(t); to.After(cur) {
 		to = cur // the bucket in progress is not final yet
@@ -207,15 +234,10 @@ func chunkID(r metricsapi.Request) string {
 // running again with the same arguments continues from there.
 func Run(ctx context.Context, cfg Config) (Summary, error) {
 	start := time.Now()
+	cfg = cfg.withDefaults()
 	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
 	if cfg.Fetcher == nil || cfg.Writer == nil || cfg.Progress == nil {
 		return Summary{}, errors.New("backfill: Fetcher, Writer and Progress are required")
-	}
-	if cfg.MaxTries == 0 {
-		cfg.MaxTries = 5
 	}
 	chunks, clamped, err := Plan(cfg)
 	if err != nil {
