@@ -122,11 +122,11 @@ func clickHouseCommand(t testing.TB) (string, []string) {
 
 // pickPorts picks fresh native and HTTP ports.
 func (ch *ClickHouseServer) pickPorts() error {
-	tcp, err := freePort()
+	tcp, err := stablePort()
 	if err != nil {
 		return err
 	}
-	http, err := freePort()
+	http, err := stablePort()
 	if err != nil {
 		return err
 	}

@@ -181,7 +181,7 @@ func (c *Cluster) configure() error {
 		if err := n.pickPorts(); err != nil {
 			return err
 		}
-		p, err := freePort()
+		p, err := stablePort()
 		if err != nil {
 			return err
 		}

@@ -109,7 +109,7 @@ func Kafka(t testing.TB, opts ...KafkaOption) *KafkaBroker {
 	}
 	var err error
 	for attempt := 0; attempt < 4; attempt++ {
-		if k.port, err = freePort(); err != nil {
+		if k.port, err = stablePort(); err != nil {
 			break
 		}
 		if err = k.start(); err == nil {

@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"go/build"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -107,6 +108,38 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// stablePort returns a port for a server that keeps its port across
+// restarts (ClickHouse, ZooKeeper, a Kafka broker), free a moment ago. It
+// is below the kernel's ephemeral range (ip_local_port_range), so while the
+// server is down for a test no outgoing connection and no ":0" listener of
+// another test can take it, as one did once with a cluster node killed for
+// 30 seconds. Where the range cannot be read, or leaves no room below it,
+// it is a port like freePort's.
+func stablePort() (int, error) {
+	const lowest = 10000
+	ephemeral := 32768 // Linux's default
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil {
+				ephemeral = lo
+			}
+		}
+	}
+	if ephemeral-lowest < 1000 {
+		return freePort()
+	}
+	for range 100 {
+		p := lowest + mathrand.IntN(ephemeral-lowest)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p, nil
+	}
+	return freePort()
 }
 
 // process is an external service process in its own process group. Its

@@ -83,7 +83,7 @@ func ZooKeeper(t testing.TB) *ZooKeeperServer {
 
 // configure picks a free client port and writes zoo.cfg.
 func (zk *ZooKeeperServer) configure() error {
-	port, err := freePort()
+	port, err := stablePort()
 	if err != nil {
 		return err
 	}
