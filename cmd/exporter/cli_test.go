@@ -39,22 +39,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		{[]string{"backfill", "--help"}, "backfill"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			stdout, stderr, code := testenv.RunCommand(t, exporterBin(t), tc.args)
-			if code != 0 || stderr != "" {
-				t.Fatalf("exit %d, stderr %q", code, stderr)
-			}
-			names := testenv.FlagNames(model, tc.cmd)
-			if len(names) < 20 {
-				t.Fatalf("only %d flags in the model: %v", len(names), names)
-			}
-			for _, n := range names {
-				if !regexp.MustCompile(`--(\[no-\])?` + regexp.QuoteMeta(n) + `[= \n]`).MatchString(stdout) {
-					t.Errorf("--%s not listed", n)
-				}
-			}
-			if t.Failed() {
-				t.Logf("help:\n%s", stdout)
-			}
+			testenv.CheckHelp(t, exporterBin(t), tc.args, testenv.FlagNames(model, tc.cmd), 20)
 		})
 	}
 }

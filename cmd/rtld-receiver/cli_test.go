@@ -37,22 +37,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		{[]string{"dead-letter", "replay", "--help"}, cmdDeadLetterReplay},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			stdout, stderr, code := testenv.RunCommand(t, receiverBin(t), tc.args)
-			if code != 0 || stderr != "" {
-				t.Fatalf("exit %d, stderr %q", code, stderr)
-			}
-			names := testenv.FlagNames(model, tc.cmd)
-			if len(names) < 40 {
-				t.Fatalf("only %d flags in the model: %v", len(names), names)
-			}
-			for _, n := range names {
-				if !regexp.MustCompile(`--(\[no-\])?` + regexp.QuoteMeta(n) + `[= \n]`).MatchString(stdout) {
-					t.Errorf("--%s not listed", n)
-				}
-			}
-			if t.Failed() {
-				t.Logf("help:\n%s", stdout)
-			}
+			testenv.CheckHelp(t, receiverBin(t), tc.args, testenv.FlagNames(model, tc.cmd), 40)
 		})
 	}
 }

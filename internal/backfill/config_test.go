@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepipe/edgepipe/internal/testenv"
+
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 )
 
@@ -45,30 +47,10 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Config{Environments: []string{"e"}, From: from, To: from.Add(time.Hour)}
 			tc.mut(&c)
-			checkErr(t, c.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, c.withDefaults().validate(), tc.want)
 		})
 	}
 	if _, _, err := Plan(Config{}); err == nil || !strings.Contains(err.Error(), "backfill: need --from") {
 		t.Errorf("Plan of an empty Config: %v", err)
-	}
-}
-
-// checkErr fails unless err contains every string of want (want empty: err
-// is nil).
-func checkErr(t *testing.T, err error, want []string) {
-	t.Helper()
-	if len(want) == 0 {
-		if err != nil {
-			t.Errorf("unexpected error: %v", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
 func TestIngestConfigWithDefaults(t *testing.T) {
@@ -58,7 +60,7 @@ func TestIngestConfigValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := IngestConfig{}.WithDefaults()
 			tc.mut(&c)
-			checkErr(t, c.Validate(), tc.want)
+			testenv.CheckErr(t, c.Validate(), tc.want)
 		})
 	}
 }
@@ -100,27 +102,7 @@ func TestRegistrarConfigValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := valid
 			tc.mut(&c)
-			checkErr(t, c.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, c.withDefaults().validate(), tc.want)
 		})
-	}
-}
-
-// checkErr fails unless err contains every string of want (want empty: err
-// is nil).
-func checkErr(t *testing.T, err error, want []string) {
-	t.Helper()
-	if len(want) == 0 {
-		if err != nil {
-			t.Errorf("unexpected error: %v", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }

@@ -1,7 +1,9 @@
 package testenv
 
 import (
+	"regexp"
 	"slices"
+	"testing"
 
 	"github.com/alecthomas/kingpin/v2"
 )
@@ -25,4 +27,26 @@ func FlagNames(m *kingpin.ApplicationModel, commands ...string) []string {
 		}
 	}
 	return names
+}
+
+// CheckHelp runs bin with args (ending in --help) and fails t unless it
+// exits 0 with nothing on stderr and its help lists every flag of names,
+// which must hold at least minFlags (so an empty flag model cannot pass).
+func CheckHelp(t *testing.T, bin string, args, names []string, minFlags int) {
+	t.Helper()
+	if len(names) < minFlags {
+		t.Fatalf("only %d flags in the model, want at least %d: %v", len(names), minFlags, names)
+	}
+	stdout, stderr, code := RunCommand(t, bin, args)
+	if code != 0 || stderr != "" {
+		t.Fatalf("%v: exit %d, stderr %q", args, code, stderr)
+	}
+	for _, n := range names {
+		if !regexp.MustCompile(`--(\[no-\])?` + regexp.QuoteMeta(n) + `[= \n]`).MatchString(stdout) {
+			t.Errorf("%v: --%s not listed", args, n)
+		}
+	}
+	if t.Failed() {
+		t.Logf("help:\n%s", stdout)
+	}
 }

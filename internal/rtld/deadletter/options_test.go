@@ -2,8 +2,9 @@ package deadletter
 
 import (
 	"log/slog"
-	"strings"
 	"testing"
+
+	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
 func TestOptionsWithDefaults(t *testing.T) {
@@ -37,27 +38,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"negative bound", Options{Dir: "d", MaxBytes: -1}, []string{"MaxBytes -1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErr(t, tc.o.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, tc.o.withDefaults().validate(), tc.want)
 		})
-	}
-}
-
-// checkErr fails unless err contains every string of want (want empty: err
-// is nil).
-func checkErr(t *testing.T, err error, want []string) {
-	t.Helper()
-	if len(want) == 0 {
-		if err != nil {
-			t.Errorf("unexpected error: %v", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepipe/edgepipe/internal/testenv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
@@ -54,7 +56,7 @@ func TestWorkerValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := Worker{Name: "x", Sink: &flakySink{}, Reader: nopReader{}, Metrics: NewMetrics(prometheus.NewRegistry())}
 			tc.mut(&w)
-			checkErr(t, w.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, w.withDefaults().validate(), tc.want)
 		})
 	}
 	if err := (&Worker{}).Run(t.Context()); err == nil || !strings.Contains(err.Error(), "invalid configuration") {
@@ -77,30 +79,10 @@ func TestDelivererDefaultsAndValidate(t *testing.T) {
 		{"a maximum below the default minimum", Deliverer{Sink: &flakySink{}, MaxBackoff: time.Millisecond}, []string{"want 0 < MinBackoff <= MaxBackoff"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErr(t, tc.d.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, tc.d.withDefaults().validate(), tc.want)
 		})
 	}
 	if _, err := (&Deliverer{}).Deliver(t.Context(), nil, nil); err == nil || !strings.Contains(err.Error(), "invalid configuration") {
 		t.Errorf("Deliver of an empty Deliverer: %v", err)
-	}
-}
-
-// checkErr fails unless err contains every string of want (want empty: err
-// is nil).
-func checkErr(t *testing.T, err error, want []string) {
-	t.Helper()
-	if len(want) == 0 {
-		if err != nil {
-			t.Errorf("unexpected error: %v", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepipe/edgepipe/internal/testenv"
+
 	"github.com/edgepipe/edgepipe/internal/rtld"
 )
 
@@ -46,30 +48,10 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Config{SpoolDir: t.TempDir()}
 			tc.mut(&c)
-			checkErr(t, c.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, c.withDefaults().validate(), tc.want)
 		})
 	}
 	if _, err := New(Config{SpoolDir: t.TempDir(), GapGrace: -time.Second}); err == nil || !strings.Contains(err.Error(), "invalid configuration") {
 		t.Errorf("New with a negative GapGrace: %v", err)
-	}
-}
-
-// checkErr fails unless err contains every string of want (want empty: err
-// is nil).
-func checkErr(t *testing.T, err error, want []string) {
-	t.Helper()
-	if len(want) == 0 {
-		if err != nil {
-			t.Errorf("unexpected error: %v", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
 func TestConfigWithDefaults(t *testing.T) {
@@ -51,30 +53,10 @@ func TestConfigValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Config{Brokers: []string{"127.0.0.1:9092"}}
 			tc.mut(&c)
-			checkErr(t, c.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, c.withDefaults().validate(), tc.want)
 		})
 	}
 	if _, err := New(Config{}); err == nil || !strings.Contains(err.Error(), "kafka sink: invalid configuration: no brokers") {
 		t.Errorf("New without brokers: %v", err)
-	}
-}
-
-// checkErr fails unless err contains every string of want (want empty: err
-// is nil).
-func checkErr(t *testing.T, err error, want []string) {
-	t.Helper()
-	if len(want) == 0 {
-		if err != nil {
-			t.Errorf("unexpected error: %v", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }

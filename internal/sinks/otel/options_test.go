@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepipe/edgepipe/internal/testenv"
+
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
 
@@ -49,30 +51,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"unknown temporality", Options{Temporality: 7}, []string{"want cumulative or delta"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErr(t, tc.o.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, tc.o.withDefaults().validate(), tc.want)
 		})
 	}
 	if _, err := New(nil, Options{QueueSize: -1}); err == nil || !strings.Contains(err.Error(), "otlp sink: invalid options") {
 		t.Errorf("New with a negative queue: %v", err)
-	}
-}
-
-// checkErr fails unless err contains every string of want (want empty: err
-// is nil).
-func checkErr(t *testing.T, err error, want []string) {
-	t.Helper()
-	if len(want) == 0 {
-		if err != nil {
-			t.Errorf("unexpected error: %v", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
 func TestOptionsWithDefaults(t *testing.T) {
@@ -38,30 +40,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"prefix with a colon", Options{Prefix: "cdn:x"}, []string{`prefix "cdn:x"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErr(t, tc.o.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, tc.o.withDefaults().validate(), tc.want)
 		})
 	}
 	if _, err := NewCollector(Options{Prefix: "a-b"}); err == nil || !strings.Contains(err.Error(), "invalid options") {
 		t.Errorf("NewCollector with a bad prefix: %v", err)
-	}
-}
-
-// checkErr fails unless err contains every string of want (want empty: err
-// is nil).
-func checkErr(t *testing.T, err error, want []string) {
-	t.Helper()
-	if len(want) == 0 {
-		if err != nil {
-			t.Errorf("unexpected error: %v", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }

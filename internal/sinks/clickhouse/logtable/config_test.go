@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepipe/edgepipe/internal/testenv"
+
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 )
 
@@ -45,30 +47,10 @@ func TestConfigValidate(t *testing.T) {
 			[]string{"insert timeout -1s", "concurrency -1", "retention -1h0m0s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErr(t, tc.c.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, tc.c.withDefaults().validate(), tc.want)
 		})
 	}
 	if _, err := New(Config{}); err == nil || !strings.Contains(err.Error(), "invalid configuration: no DSN") {
 		t.Errorf("New without a DSN: %v", err)
-	}
-}
-
-// checkErr fails unless err contains every string of want (want empty: err
-// is nil).
-func checkErr(t *testing.T, err error, want []string) {
-	t.Helper()
-	if len(want) == 0 {
-		if err != nil {
-			t.Errorf("unexpected error: %v", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }

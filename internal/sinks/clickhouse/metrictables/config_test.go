@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
 func TestSinkConfigWithDefaults(t *testing.T) {
@@ -43,30 +45,10 @@ func TestSinkConfigValidate(t *testing.T) {
 			[]string{"Retention -1h0m0s", "QueueRows -1", "InsertQuorum -2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErr(t, tc.c.withDefaults().validate(), tc.want)
+			testenv.CheckErr(t, tc.c.withDefaults().validate(), tc.want)
 		})
 	}
 	if _, err := NewSink(SinkConfig{}); err == nil || !strings.Contains(err.Error(), "invalid configuration: no DSN") {
 		t.Errorf("NewSink without a DSN: %v", err)
-	}
-}
-
-// checkErr fails unless err contains every string of want (want empty: err
-// is nil).
-func checkErr(t *testing.T, err error, want []string) {
-	t.Helper()
-	if len(want) == 0 {
-		if err != nil {
-			t.Errorf("unexpected error: %v", err)
-		}
-		return
-	}
-	if err == nil {
-		t.Fatalf("no error, want one mentioning %q", want)
-	}
-	for _, w := range want {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("error %q does not mention %q", err, w)
-		}
 	}
 }
