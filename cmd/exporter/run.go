@@ -164,6 +164,12 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	if x.reg == nil {
 		x.reg = prometheus.NewRegistry()
 	}
+	if f.maxSeries < 0 {
+		return nil, fmt.Errorf("--prometheus.max-series must not be negative, got %d", f.maxSeries)
+	}
+	if f.shutdownTimeout <= 0 {
+		return nil, fmt.Errorf("--shutdown-timeout must be positive, got %s", f.shutdownTimeout)
+	}
 	// The platform's clock is the clock: polls are planned by the Date
 	// headers of the API's answers, the local clock only sleeps.
 	local := deps.clock
@@ -189,10 +195,6 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		return nil, err
 	}
 
-	if f.maxSeries < 0 {
-		return nil, fmt.Errorf("--prometheus.max-series must not be negative, got %d", f.maxSeries)
-	}
-
 	tracker, err := openState(h, f, x)
 	if err != nil {
 		return nil, err
@@ -215,18 +217,18 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		if err != nil {
 			return nil, err
 		}
-		exp, err := otel.NewExporter(ctx, proto, f.otlpEndpoint)
+		res, err := otel.NewResource(ctx, h.version)
 		if err != nil {
 			return nil, err
 		}
-		res, err := otel.NewResource(ctx, h.version)
+		exp, err := otel.NewExporter(ctx, proto, f.otlpEndpoint)
 		if err != nil {
 			return nil, err
 		}
 		sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg, Prefix: cfg.Prefix,
 			Logger: h.log.With("sink", "otlp"), Temporality: temporality})
 		if err != nil {
-			return nil, err
+			return nil, errors.Join(err, exp.Shutdown(context.Background()))
 		}
 		x.closers = append(x.closers, sink.Close)
 		pubs = append(pubs, schedule.NamedPublisher{Name: "otlp", Publisher: sink})
