@@ -17,36 +17,51 @@ import (
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
-// alertRules renders the chart's PrometheusRule (production values enable
-// it) and returns its spec as a rule file for Prometheus and promtool, and
-// its rules by alert name.
-func alertRules(t *testing.T) (ruleFile []byte, rules map[string]map[string]any) {
+// ruleSpec is the spec of a PrometheusRule: a Prometheus rule file.
+type ruleSpec struct {
+	Groups []struct {
+		Name  string           `yaml:"name"`
+		Rules []map[string]any `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+// prometheusRule returns the spec of the one PrometheusRule in m.
+func prometheusRule(t *testing.T, m manifests) ruleSpec {
 	t.Helper()
-	m := render(t, chartDir+"/ci/production-values.yaml")
 	objs := m.ofKind("PrometheusRule")
 	if len(objs) != 1 {
 		t.Fatalf("%d PrometheusRules, want 1", len(objs))
 	}
 	var pr struct {
-		Spec struct {
-			Groups []struct {
-				Name  string           `yaml:"name"`
-				Rules []map[string]any `yaml:"rules"`
-			} `yaml:"groups"`
-		} `yaml:"spec"`
+		Spec ruleSpec `yaml:"spec"`
 	}
 	objs[0].decode(t, &pr)
+	return pr.Spec
+}
+
+// file marshals the spec into a rule file for Prometheus and promtool.
+func (s ruleSpec) file(t *testing.T) []byte {
+	t.Helper()
+	out, err := yaml.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// alertRules renders the chart's PrometheusRule (production values enable
+// it) and returns its spec as a rule file for Prometheus and promtool, and
+// its rules by alert name.
+func alertRules(t *testing.T) (ruleFile []byte, rules map[string]map[string]any) {
+	t.Helper()
+	spec := prometheusRule(t, render(t, chartDir+"/ci/production-values.yaml"))
 	rules = map[string]map[string]any{}
-	for _, g := range pr.Spec.Groups {
+	for _, g := range spec.Groups {
 		for _, r := range g.Rules {
 			rules[fmt.Sprint(r["alert"])] = r
 		}
 	}
-	out, err := yaml.Marshal(pr.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out, rules
+	return spec.file(t), rules
 }
 
 // exporterSelector returns the namespace and a pod name the exporter

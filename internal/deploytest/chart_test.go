@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/edgepipe/edgepipe/internal/exportconfig"
 	"github.com/edgepipe/edgepipe/internal/rtld"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
@@ -385,30 +383,15 @@ func assertExporterConfig(t *testing.T, m manifests, w workload) {
 // prometheus package): every expression parses, every alert is well formed.
 func assertAlertRules(t *testing.T, m manifests) {
 	t.Helper()
-	rules := m.ofKind("PrometheusRule")
-	if len(rules) != 1 {
-		t.Fatalf("%d PrometheusRules, want 1", len(rules))
-	}
-	var pr struct {
-		Spec struct {
-			Groups []struct {
-				Name  string           `yaml:"name"`
-				Rules []map[string]any `yaml:"rules"`
-			} `yaml:"groups"`
-		} `yaml:"spec"`
-	}
-	rules[0].decode(t, &pr)
+	spec := prometheusRule(t, m)
 	alerts := 0
-	for _, g := range pr.Spec.Groups {
+	for _, g := range spec.Groups {
 		alerts += len(g.Rules)
 	}
-	if len(pr.Spec.Groups) != 2 || alerts < 10 {
-		t.Errorf("%d groups with %d alerts, want the exporter and receiver groups", len(pr.Spec.Groups), alerts)
+	if len(spec.Groups) != 2 || alerts < 10 {
+		t.Errorf("%d groups with %d alerts, want the exporter and receiver groups", len(spec.Groups), alerts)
 	}
-	out, err := yaml.Marshal(pr.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := spec.file(t)
 	path := filepath.Join(t.TempDir(), "rules.yml")
 	if err := os.WriteFile(path, out, 0o644); err != nil {
 		t.Fatal(err)
@@ -925,17 +908,7 @@ func assertReceiverSizes(t *testing.T, m manifests) {
 // `promtool test rules`: damaged spool bytes alert at once, a full spool
 // disk after 5 minutes, and neither fires on a healthy receiver.
 func TestChartSpoolAlertsFire(t *testing.T) {
-	m := render(t, chartDir+"/ci/production-values.yaml")
-	var pr struct {
-		Spec struct {
-			Groups []map[string]any `yaml:"groups"`
-		} `yaml:"spec"`
-	}
-	m.ofKind("PrometheusRule")[0].decode(t, &pr)
-	rules, err := yaml.Marshal(map[string]any{"groups": pr.Spec.Groups})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules := prometheusRule(t, render(t, chartDir+"/ci/production-values.yaml")).file(t)
 	pod := `namespace="edgepipe", pod="ci-edgepipe-receiver-0"`
 	tests := fmt.Sprintf(`rule_files: [rules.yml]
 evaluation_interval: 1m

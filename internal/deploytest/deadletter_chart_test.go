@@ -2,8 +2,6 @@ package deploytest
 
 import (
 	"testing"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // TestChartDeadLetterAlerts runs the chart's dead-letter alerts through
@@ -14,22 +12,9 @@ import (
 // EdgepipeDeadLetterStoreFull. Annotations are left out of the comparison
 // (promtool check rules validates them in assertAlertRules).
 func TestChartDeadLetterAlerts(t *testing.T) {
-	m := render(t, chartDir+"/ci/production-values.yaml")
-	rules := m.ofKind("PrometheusRule")
-	if len(rules) != 1 {
-		t.Fatalf("%d PrometheusRules, want 1", len(rules))
-	}
-	var pr struct {
-		Spec struct {
-			Groups []struct {
-				Name  string           `yaml:"name"`
-				Rules []map[string]any `yaml:"rules"`
-			} `yaml:"groups"`
-		} `yaml:"spec"`
-	}
-	rules[0].decode(t, &pr)
+	spec := prometheusRule(t, render(t, chartDir+"/ci/production-values.yaml"))
 	found := map[string]bool{}
-	for _, g := range pr.Spec.Groups {
+	for _, g := range spec.Groups {
 		for _, r := range g.Rules {
 			delete(r, "annotations")
 			if name, _ := r["alert"].(string); name != "" {
@@ -42,10 +27,7 @@ func TestChartDeadLetterAlerts(t *testing.T) {
 			t.Fatalf("alert %s missing from the PrometheusRule", name)
 		}
 	}
-	out, err := yaml.Marshal(pr.Spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := spec.file(t)
 	const pod = `namespace="edgepipe",pod="ci-edgepipe-receiver-0"`
 	tests := `rule_files: [rules.yml]
 evaluation_interval: 1m
