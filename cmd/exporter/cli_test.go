@@ -74,6 +74,26 @@ func TestMistypedFlags(t *testing.T) {
 	}
 }
 
+// TestRefusedValues: values that parse but cannot work stop the exporter
+// at start, before it serves or polls, with an error naming the flag.
+func TestRefusedValues(t *testing.T) {
+	for _, tc := range []struct {
+		arg  string
+		want string
+	}{
+		// 0 gave the sinks an already expired flush at shutdown.
+		{"--shutdown-timeout=0s", "exporter: --shutdown-timeout must be positive, got 0s"},
+		{"--prometheus.max-series=-1", "exporter: --prometheus.max-series must not be negative, got -1"},
+	} {
+		t.Run(tc.arg, func(t *testing.T) {
+			_, stderr, code := testenv.RunCommand(t, exporterBin(t), []string{"--simulate", "--web.listen-address=127.0.0.1:0", tc.arg})
+			if code != 1 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit 1 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
+
 // TestServing runs the exporter binary against a simulator whose only
 // client's secret is in a file given by --client-secret-file, and checks
 // over loopback: the secret from the file is used (discovery succeeds) and
