@@ -239,3 +239,33 @@ func (s *slowData) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	return s.next.RoundTrip(r)
 }
+
+func TestNextCycle(t *testing.T) {
+	at := func(hms string) time.Time {
+		tm, err := time.Parse("15:04:05.000", hms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+	for _, tt := range []struct {
+		name       string
+		cycle, now string
+		want       string
+	}{
+		{"poll within its cycle", "10:03:00.000", "10:03:02.000", "10:04:00.000"},
+		{"the estimate moved back across the boundary", "10:03:00.000", "10:02:59.600", "10:04:00.000"},
+		{"the estimate moved forward", "10:03:00.000", "10:03:00.900", "10:04:00.000"},
+		{"poll ended just before the next cycle", "10:03:00.000", "10:03:59.999", "10:04:00.000"},
+		{"poll overran into the next cycle", "10:03:00.000", "10:04:00.000", "10:05:00.000"},
+		{"poll overran several cycles", "10:03:00.000", "10:06:30.000", "10:07:00.000"},
+		{"the clock went back by minutes", "10:03:00.000", "10:00:10.000", "10:01:00.000"},
+		{"the clock went back by less than half an interval", "10:03:00.000", "10:02:35.000", "10:04:00.000"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nextCycle(at(tt.cycle), at(tt.now), time.Minute); !got.Equal(at(tt.want)) {
+				t.Errorf("nextCycle(%s, %s) = %s, want %s", tt.cycle, tt.now, got.Format("15:04:05.000"), tt.want)
+			}
+		})
+	}
+}
