@@ -536,7 +536,7 @@ func (s *Scheduler) stopAll() {
 func (s *Scheduler) runLoop(ctx context.Context, ds *metricsapi.Dataset) {
 	cycle := s.clock.Now().Truncate(s.cfg.PollInterval)
 	for {
-		s.pollOnce(ctx, ds)
+		s.pollOnce(ctx, ds, cycle)
 		if ctx.Err() != nil {
 			return
 		}
@@ -571,8 +571,9 @@ func nextCycle(cycle, now time.Time, interval time.Duration) time.Time {
 	return next
 }
 
-// pollOnce runs one poll of ds under the concurrency bound.
-func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset) {
+// pollOnce runs the poll of ds of the cycle starting at cycle under the
+// concurrency bound.
+func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset, cycle time.Time) {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -590,7 +591,7 @@ func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset) {
 		return
 	}
 	s.logProblems(r)
-	s.log.Debug("polled", "dataset", ds.Name, "from", r.From, "to", r.To, "envs", r.Environments,
+	s.log.Debug("polled", "dataset", ds.Name, "cycle", cycle, "from", r.From, "to", r.To, "envs", r.Environments,
 		"requests", r.Requests, "rows", r.Rows, "new", r.New, "revisions", r.Revisions,
 		"baseline", r.Baseline, "replayed", r.Replayed, "took", r.Duration)
 	s.mu.Lock()
