@@ -637,8 +637,8 @@ func thousands(n int) string {
 
 // TestScaleSmoke runs the measurement on 60 environments in 3 properties
 // with a 5 s poll interval, for the lean config and the default selection
-// under a small budget: requests per cycle stay datasets × ceil(envs/20),
-// and every figure of the table is measured.
+// under a small budget: data requests per cycle at the simulator stay
+// datasets × ceil(envs/20), and every figure of the table is measured.
 func TestScaleSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the exporter and ClickHouse")
