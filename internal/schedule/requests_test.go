@@ -228,9 +228,9 @@ func TestRequestsPerCycleWhenPollsOverrun(t *testing.T) {
 }
 
 // slowData delays each data request by latency on the fake clock, before it
-// reaches the simulator (the platform answers it that much later), until
-// the clock reads until (Unix ns; 0: from the start on): then the polls in
-// flight end and the loops come to rest.
+// reaches the simulator (the platform answers it that much later), while
+// the clock reads before until (Unix ns; 0, as during the first polls: no
+// delay); after it, the polls in flight end and the loops come to rest.
 type slowData struct {
 	clock   *fakeclock.Clock
 	latency time.Duration
