@@ -128,11 +128,13 @@ var logFields = map[string]func(r *logRequest) any{
 	"client_geo_longitude": func(r *logRequest) any {
 		return math.Round((r.geo.lon+r.h.s("lon").u()-0.5)*1e4) / 1e4
 	},
-	"client_asn":          func(r *logRequest) any { return r.geo.asn },
-	"client_as_org":       func(r *logRequest) any { return r.geo.org },
-	"client_tls_version":  func(r *logRequest) any { return pickH(r.h.s("tls"), simTLS) },
-	"client_tls_cipher":   func(r *logRequest) any { return pickH(r.h.s("cipher"), simCiphers) },
-	"client_tls_ja3_md5":  func(r *logRequest) any { return fmt.Sprintf("%016x%016x", mix64(uint64(r.h.s("ja3"))), mix64(uint64(r.h.s("ja3b")))) },
+	"client_asn":         func(r *logRequest) any { return r.geo.asn },
+	"client_as_org":      func(r *logRequest) any { return r.geo.org },
+	"client_tls_version": func(r *logRequest) any { return pickH(r.h.s("tls"), simTLS) },
+	"client_tls_cipher":  func(r *logRequest) any { return pickH(r.h.s("cipher"), simCiphers) },
+	"client_tls_ja3_md5": func(r *logRequest) any {
+		return fmt.Sprintf("%016x%016x", mix64(uint64(r.h.s("ja3"))), mix64(uint64(r.h.s("ja3b"))))
+	},
 	"bytes_in":            func(r *logRequest) any { return r.bytesIn() },
 	"bytes_out":           func(r *logRequest) any { return r.bytesOut },
 	"request_body_bytes":  func(r *logRequest) any { return max(0, r.bytesIn()-250) },
@@ -160,15 +162,17 @@ var logFields = map[string]func(r *logRequest) any{
 	"prewrite_time":       func(r *logRequest) any { return round6(r.ttfb * 0.7) },
 	"tcp_rtt":             func(r *logRequest) any { return int64(2 + r.n("rtt", 180)) },
 	"edge_function_time":  func(r *logRequest) any { return round6(0.0005 * -math.Log(1-r.h.s("ef").u())) },
-	"image_optimized":     func(r *logRequest) any { return boolString(strings.HasPrefix(r.path.ctype, "image/") && r.n("img", 2) == 0) },
-	"waf_action":          func(r *logRequest) any { return pickH(r.h.s("waf"), simWAFActions) },
-	"waf_rule_id":         (*logRequest).wafID,
-	"waf_event_id":        (*logRequest).wafID,
-	"rate_limit_action":   func(r *logRequest) any { return emptyUnless(r.status == 429, "block") },
-	"bot_action":          func(r *logRequest) any { return pickH(r.h.s("bot"), simBotActions) },
-	"bot_score":           func(r *logRequest) any { return int64(1 + r.n("score", 99)) },
-	"is_bot":              func(r *logRequest) any { return boolString(r.n("isbot", 8) == 0) },
-	"error_message":       (*logRequest).errorMessage,
+	"image_optimized": func(r *logRequest) any {
+		return boolString(strings.HasPrefix(r.path.ctype, "image/") && r.n("img", 2) == 0)
+	},
+	"waf_action":        func(r *logRequest) any { return pickH(r.h.s("waf"), simWAFActions) },
+	"waf_rule_id":       (*logRequest).wafID,
+	"waf_event_id":      (*logRequest).wafID,
+	"rate_limit_action": func(r *logRequest) any { return emptyUnless(r.status == 429, "block") },
+	"bot_action":        func(r *logRequest) any { return pickH(r.h.s("bot"), simBotActions) },
+	"bot_score":         func(r *logRequest) any { return int64(1 + r.n("score", 99)) },
+	"is_bot":            func(r *logRequest) any { return boolString(r.n("isbot", 8) == 0) },
+	"error_message":     (*logRequest).errorMessage,
 }
 
 // unixMicros renders Unix microseconds as seconds with six decimals,
