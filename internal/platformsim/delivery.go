@@ -478,7 +478,8 @@ func (e *deliveryEngine) stepProfile(ctx context.Context, tg deliveryTarget, wal
 	ps.prune(now.Add(-e.cfg.Retention - time.Hour))
 	if e.cfg.Live {
 		if ps.stream == nil {
-			ps.stream = newLogStream(now)
+			// From the moment the profile was created or enabled.
+			ps.stream = newLogStream(tg.profile.UpdatedAt)
 		}
 		// A bounded draw per tick: a clock that jumps ahead is caught up
 		// over several ticks instead of in one long pause.
@@ -799,10 +800,10 @@ func (e *deliveryEngine) deliverRecords(ctx context.Context, tg deliveryTarget, 
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	now := e.now()
-	switch {
-	case ps.stream == nil:
-		ps.stream = newLogStream(now)
-	case !e.cfg.Live:
+	if ps.stream == nil {
+		ps.stream = newLogStream(tg.profile.UpdatedAt)
+	}
+	if !e.cfg.Live {
 		ps.skipTo(now)
 	}
 	shape := shapeOf(tg.profile)
