@@ -71,8 +71,8 @@ type bucketPlan struct {
 	perm     permutation
 }
 
-// fiveMinutes is the width of a FIVE_MINUTES bucket.
-const fiveMinutes = 5 * time.Minute
+// logBucketWidth is the width of a FIVE_MINUTES bucket.
+const logBucketWidth = 5 * time.Minute
 
 // logPlan builds the plan of an environment's bucket starting at start for
 // a profile with downsampling percent (100 for none); false when the
@@ -120,13 +120,13 @@ func (p *bucketPlan) addCountry(i int, f countryFinal, codes []float64) {
 }
 
 // end is the end of the plan's bucket.
-func (p *bucketPlan) end() time.Time { return p.start.Add(fiveMinutes) }
+func (p *bucketPlan) end() time.Time { return p.start.Add(logBucketWidth) }
 
 // timestamp returns the time of record j (delivery order) in Unix
 // microseconds: the records spread evenly over the bucket, strictly inside
 // it and non-decreasing in j.
 func (p *bucketPlan) timestamp(j int64) int64 {
-	const span = int64(fiveMinutes / time.Microsecond)
+	const span = int64(logBucketWidth / time.Microsecond)
 	u := p.h.s("ts").i(j).u()
 	off := int64((float64(j) + u) / float64(p.records) * float64(span))
 	return p.start.UnixMicro() + min(off, span-1)

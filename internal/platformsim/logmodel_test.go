@@ -116,7 +116,7 @@ func caughtUp(e *deliveryEngine, now time.Time) bool {
 		case st.next < st.plan.records:
 			ok = !due(st.plan, st.next, now, late)
 		default:
-			ok = st.bucket.Add(fiveMinutes).After(now)
+			ok = st.bucket.Add(logBucketWidth).After(now)
 		}
 		ps.mu.Unlock()
 		if !ok {
@@ -188,7 +188,7 @@ func parseRecord(t *testing.T, profile int64, raw map[string]json.RawMessage) go
 
 // bucketOfRecord returns the start of the record's FIVE_MINUTES bucket.
 func (r gotRecord) bucket() time.Time {
-	return time.UnixMicro(r.ts).UTC().Truncate(fiveMinutes)
+	return time.UnixMicro(r.ts).UTC().Truncate(logBucketWidth)
 }
 
 // counts are a bucket's requests or records by the cells the tests compare.
@@ -460,7 +460,7 @@ func TestLogsMatchMetrics(t *testing.T) {
 				}
 			}
 			// Three whole buckets, settled.
-			end := logTestB0.Add(3 * fiveMinutes)
+			end := logTestB0.Add(3 * logBucketWidth)
 			ls.advance(end.Add(logTestLateData + 2*time.Minute))
 			got := ls.received()
 			for i, id := range ids {
@@ -468,14 +468,14 @@ func TestLogsMatchMetrics(t *testing.T) {
 				ls.checkFields(got[id])
 				logs := logCounts(got[id])
 				api := ls.apiCounts(env, logTestB0, end)
-				for b := logTestB0; b.Before(end); b = b.Add(fiveMinutes) {
+				for b := logTestB0; b.Before(end); b = b.Add(logBucketWidth) {
 					if api[b] == nil {
 						t.Fatalf("no API data for %s at %v", env, b)
 					}
 					compareBucket(t, fmt.Sprintf("profile %d (environment %d) bucket %s", id, tc.profiles[i].env, b.Format("15:04")),
 						api[b], logs[b], tc.profiles[i].percent)
 				}
-				if first := logBucketAt(t, ls.sim.srv.LogBuckets(id), logTestStart.Truncate(fiveMinutes)); !first.Partial {
+				if first := logBucketAt(t, ls.sim.srv.LogBuckets(id), logTestStart.Truncate(logBucketWidth)); !first.Partial {
 					t.Errorf("profile %d: the bucket it was created in is not marked partial: %+v", id, first)
 				}
 			}
@@ -504,7 +504,7 @@ func logBucketAt(t *testing.T, bs []LogBucket, start time.Time) LogBucket {
 func TestDeliverRecordsDrawsTheModel(t *testing.T) {
 	ls := newLogSim(t, Config{Seed: 31, Properties: 1, Environments: 5, TrafficScale: 0.02})
 	id := ls.addProfile(ls.envs[0], "edgepipe", 100)
-	end := logTestB0.Add(2 * fiveMinutes)
+	end := logTestB0.Add(2 * logBucketWidth)
 	for {
 		if err := ls.sim.srv.DeliverRecords(context.Background(), id, 250); err != nil {
 			t.Fatal(err)
@@ -519,7 +519,7 @@ func TestDeliverRecordsDrawsTheModel(t *testing.T) {
 	ls.checkFields(got)
 	logs := logCounts(got)
 	api := ls.apiCounts(ls.envs[0], logTestB0, end)
-	for b := logTestB0; b.Before(end); b = b.Add(fiveMinutes) {
+	for b := logTestB0; b.Before(end); b = b.Add(logBucketWidth) {
 		compareBucket(t, "bucket "+b.Format("15:04"), api[b], logs[b], 100)
 	}
 }
@@ -568,7 +568,7 @@ func (ls *logSim) checkComplete(id int64, end time.Time) {
 	ls.t.Helper()
 	logs := logCounts(ls.received()[id])
 	api := ls.apiCounts(ls.envOf[id], logTestB0, end)
-	for b := logTestB0; b.Before(end); b = b.Add(fiveMinutes) {
+	for b := logTestB0; b.Before(end); b = b.Add(logBucketWidth) {
 		compareBucket(ls.t, fmt.Sprintf("profile %d bucket %s", id, b.Format("15:04")), api[b], logs[b], ls.percents[id])
 	}
 }
@@ -584,12 +584,12 @@ func TestDeliveryFaultDropBatches(t *testing.T) {
 			Environments: map[string]EnvironmentFaults{faulty: {DropBatchPercent: 20}}}}})
 	bad := ls.addProfile(faulty, "edgepipe", 100)
 	good := ls.addProfile(ls.envs[3], "edgepipe", 25)
-	end := logTestB0.Add(2 * fiveMinutes)
+	end := logTestB0.Add(2 * logBucketWidth)
 	ls.advance(end.Add(logTestLateData))
 
 	st := ls.sim.srv.Delivered()
 	bs := ls.sim.srv.LogBuckets(bad)
-	lost := sumBuckets(bs, time.Time{}, end.Add(fiveMinutes), func(b LogBucket) int64 { return b.Lost })
+	lost := sumBuckets(bs, time.Time{}, end.Add(logBucketWidth), func(b LogBucket) int64 { return b.Lost })
 	if st.BatchesLost == 0 || st.RecordsLost != lost || lost == 0 {
 		t.Fatalf("no batch lost, or the counts disagree: %+v, %d records lost in the buckets", st, lost)
 	}
@@ -602,7 +602,7 @@ func TestDeliveryFaultDropBatches(t *testing.T) {
 	// Received plus lost is the bucket's records, bucket by bucket.
 	logs := logCounts(ls.received()[bad])
 	api := ls.apiCounts(faulty, logTestB0, end)
-	for b := logTestB0; b.Before(end); b = b.Add(fiveMinutes) {
+	for b := logTestB0; b.Before(end); b = b.Add(logBucketWidth) {
 		lb := logBucketAt(t, bs, b)
 		var got float64
 		if logs[b] != nil {
@@ -627,7 +627,7 @@ func TestDeliveryFaultDropRecords(t *testing.T) {
 	good := ls.addProfile(ls.envs[3], "edgepipe", 100)
 	ls.advance(logTestB0)
 	ls.sim.srv.SetDeliveryFaults(DeliveryFaults{Environments: map[string]EnvironmentFaults{faulty: {DropRecordPercent: 10}}})
-	end := logTestB0.Add(2 * fiveMinutes)
+	end := logTestB0.Add(2 * logBucketWidth)
 	ls.advance(end.Add(logTestLateData))
 
 	if gaps := missingSeqs(ls.seqNums(bad)); gaps != 0 {
@@ -636,7 +636,7 @@ func TestDeliveryFaultDropRecords(t *testing.T) {
 	logs := logCounts(ls.received()[bad])
 	api := ls.apiCounts(faulty, logTestB0, end)
 	bs := ls.sim.srv.LogBuckets(bad)
-	for b := logTestB0; b.Before(end); b = b.Add(fiveMinutes) {
+	for b := logTestB0; b.Before(end); b = b.Add(logBucketWidth) {
 		lb := logBucketAt(t, bs, b)
 		got := int64(logs[b].total)
 		want := int64(api[b].total)
@@ -677,16 +677,16 @@ func TestDeliveryFaultLate(t *testing.T) {
 		t.Fatal("no record of the first minute delivered")
 	}
 	ls.sim.srv.SetDeliveryFaults(DeliveryFaults{Environments: map[string]EnvironmentFaults{faulty: {Late: 3 * time.Minute}}})
-	ls.advance(logTestB0.Add(fiveMinutes + 2*time.Minute))
+	ls.advance(logTestB0.Add(logBucketWidth + 2*time.Minute))
 	if n, other := inB0(bad), inB0(good); n != before || other <= before/2 {
 		t.Fatalf("held back: %d records of the bucket (%d before the fault), the other environment %d", n, before, other)
 	}
-	ls.advance(logTestB0.Add(fiveMinutes + 3*time.Minute))
+	ls.advance(logTestB0.Add(logBucketWidth + 3*time.Minute))
 	if n, b := inB0(bad), logBucketAt(t, ls.sim.srv.LogBuckets(bad), logTestB0); int64(n) != b.Sampled {
 		t.Fatalf("3 minutes after its end %d of the bucket's %d records arrived", n, b.Sampled)
 	}
 	ls.sim.srv.SetDeliveryFaults(DeliveryFaults{})
-	end := logTestB0.Add(3 * fiveMinutes)
+	end := logTestB0.Add(3 * logBucketWidth)
 	ls.advance(end.Add(logTestLateData))
 	ls.checkComplete(bad, end)
 	ls.checkComplete(good, end)

@@ -34,7 +34,7 @@ type logStream struct {
 
 // newLogStream starts a stream at t: the records of requests from t on.
 func newLogStream(t time.Time) *logStream {
-	return &logStream{bucket: t.UTC().Truncate(fiveMinutes), resume: t}
+	return &logStream{bucket: t.UTC().Truncate(logBucketWidth), resume: t}
 }
 
 // skipTo moves the profile's stream on to t when it lies behind: the
@@ -49,7 +49,7 @@ func (ps *profileState) skipTo(t time.Time) {
 		st.next = st.plan.firstAt(t)
 	}
 	switch {
-	case !st.bucket.Add(fiveMinutes).After(t):
+	case !st.bucket.Add(logBucketWidth).After(t):
 		ps.stream = newLogStream(t)
 	case st.plan == nil && t.After(st.resume):
 		st.resume = t
@@ -80,7 +80,7 @@ func (e *deliveryEngine) draw(tg deliveryTarget, ps *profileState, lim drawLimit
 			}
 		}
 		if st.next >= st.plan.records {
-			st.bucket, st.plan, st.next = st.bucket.Add(fiveMinutes), nil, 0
+			st.bucket, st.plan, st.next = st.bucket.Add(logBucketWidth), nil, 0
 			continue
 		}
 		if lim.live && !due(st.plan, st.next, lim.now, faults.Late) {

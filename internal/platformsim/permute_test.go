@@ -10,7 +10,7 @@ import (
 // identity.
 func TestPermutationIsABijection(t *testing.T) {
 	for _, n := range []int64{1, 2, 3, 4, 5, 15, 16, 17, 255, 256, 1000, 4097} {
-		p := newPermutation(n, seedHash(int64(n)))
+		p := newPermutation(n, seedHash(n))
 		seen := make([]bool, n)
 		fixed := 0
 		for i := range n {
