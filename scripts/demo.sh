@@ -28,7 +28,7 @@ SIM_URL="http://$SIM_ADDR"
 # The simulated traffic: a scale on the one model behind the Metrics API and
 # the access logs, and how many environments the receiver serves. At 0.5 the
 # first 6 environments log about 200 records/s on average (300 at the daily
-# peak), which a laptop delivers, receives and spools easily.
+# peak, 120 at night), which a laptop delivers, receives and spools easily.
 SIM_TRAFFIC_SCALE=${SIM_TRAFFIC_SCALE:-0.5}
 RECEIVER_ENVIRONMENTS=${RECEIVER_ENVIRONMENTS:-6}
 # The simulator's demo organization and credentials (internal/platformsim).
