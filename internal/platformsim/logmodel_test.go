@@ -573,17 +573,23 @@ func (ls *logSim) checkComplete(id int64, end time.Time) {
 	}
 }
 
+// newFaultSim starts a live logSim with faults from the start and two
+// profiles: bad in environment 0, which the fault tests break, without
+// downsampling, and good in environment 3 with goodPercent.
+func newFaultSim(t *testing.T, faults DeliveryFaults, goodPercent float64) (ls *logSim, bad, good int64) {
+	t.Helper()
+	ls = newLogSim(t, Config{Seed: 31, Properties: 1, Environments: 5, TrafficScale: 0.01,
+		Delivery: DeliveryConfig{Live: true, BatchSize: 40, Faults: faults}})
+	return ls, ls.addProfile(ls.envs[0], "edgepipe", 100), ls.addProfile(ls.envs[3], "edgepipe", goodPercent)
+}
+
 // TestDeliveryFaultDropBatches: with DropBatchPercent (set at start) an
 // environment loses whole numbered batches: the receiver sees seq_num
 // gaps, and what it got plus what was lost is the bucket's records; the
 // other environment is complete.
 func TestDeliveryFaultDropBatches(t *testing.T) {
 	faulty := buildWorld(31, 1, 5).envs[0].ID
-	ls := newLogSim(t, Config{Seed: 31, Properties: 1, Environments: 5, TrafficScale: 0.01,
-		Delivery: DeliveryConfig{Live: true, BatchSize: 40, Faults: DeliveryFaults{
-			Environments: map[string]EnvironmentFaults{faulty: {DropBatchPercent: 20}}}}})
-	bad := ls.addProfile(faulty, "edgepipe", 100)
-	good := ls.addProfile(ls.envs[3], "edgepipe", 25)
+	ls, bad, good := newFaultSim(t, DeliveryFaults{Environments: map[string]EnvironmentFaults{faulty: {DropBatchPercent: 20}}}, 25)
 	end := logTestB0.Add(2 * logBucketWidth)
 	ls.advance(end.Add(logTestLateData))
 
@@ -620,11 +626,8 @@ func TestDeliveryFaultDropBatches(t *testing.T) {
 // only the comparison with the Metrics API shows the loss, which is exactly
 // the records counted as skipped.
 func TestDeliveryFaultDropRecords(t *testing.T) {
-	ls := newLogSim(t, Config{Seed: 31, Properties: 1, Environments: 5, TrafficScale: 0.01,
-		Delivery: DeliveryConfig{Live: true, BatchSize: 40}})
+	ls, bad, good := newFaultSim(t, DeliveryFaults{}, 100)
 	faulty := ls.envs[0]
-	bad := ls.addProfile(faulty, "edgepipe", 100)
-	good := ls.addProfile(ls.envs[3], "edgepipe", 100)
 	ls.advance(logTestB0)
 	ls.sim.srv.SetDeliveryFaults(DeliveryFaults{Environments: map[string]EnvironmentFaults{faulty: {DropRecordPercent: 10}}})
 	end := logTestB0.Add(2 * logBucketWidth)
@@ -657,11 +660,8 @@ func TestDeliveryFaultDropRecords(t *testing.T) {
 // records back until Late after its end, then delivers them; switched off,
 // the records held are delivered at once, and every bucket ends complete.
 func TestDeliveryFaultLate(t *testing.T) {
-	ls := newLogSim(t, Config{Seed: 31, Properties: 1, Environments: 5, TrafficScale: 0.01,
-		Delivery: DeliveryConfig{Live: true, BatchSize: 40}})
+	ls, bad, good := newFaultSim(t, DeliveryFaults{}, 100)
 	faulty := ls.envs[0]
-	bad := ls.addProfile(faulty, "edgepipe", 100)
-	good := ls.addProfile(ls.envs[3], "edgepipe", 100)
 	inB0 := func(id int64) int {
 		n := 0
 		for _, r := range ls.received()[id] {

@@ -195,16 +195,7 @@ func (p *queryParser) metrics(top map[string]json.RawMessage) {
 		p.add("metrics", "must not be empty")
 	}
 	ds := p.ds
-	seen := map[string]bool{}
-	for i, m := range ms {
-		switch {
-		case ds.metricI[m] == 0 && (len(ds.Metrics) == 0 || ds.Metrics[0].Name != m):
-			p.add(fmt.Sprintf("metrics[%d]", i), fmt.Sprintf("unknown metric %q of dataset %s", m, ds.Name))
-		case seen[m]:
-			p.add(fmt.Sprintf("metrics[%d]", i), fmt.Sprintf("metric %q is listed twice", m))
-		}
-		seen[m] = true
-	}
+	p.checkNames("metric", ms, func(m string) bool { return ds.metricI[m] != 0 || (len(ds.Metrics) > 0 && ds.Metrics[0].Name == m) })
 	p.q.metrics = ms
 	p.q.echo["metrics"] = ms
 }
@@ -219,17 +210,25 @@ func (p *queryParser) dimensions(top map[string]json.RawMessage) {
 	if !ok {
 		return
 	}
-	seen := map[string]bool{}
-	for i, d := range dims {
-		if _, ok := p.ds.dimI[d]; !ok {
-			p.add(fmt.Sprintf("dimensions[%d]", i), fmt.Sprintf("unknown dimension %q of dataset %s", d, p.ds.Name))
-		} else if seen[d] {
-			p.add(fmt.Sprintf("dimensions[%d]", i), fmt.Sprintf("dimension %q is listed twice", d))
-		}
-		seen[d] = true
-	}
+	p.checkNames("dimension", dims, func(d string) bool { _, ok := p.ds.dimI[d]; return ok })
 	p.q.dims = dims
 	p.q.echo["dimensions"] = dims
+}
+
+// checkNames reports the names of a metrics or dimensions list that the
+// dataset does not have, and those listed twice.
+func (p *queryParser) checkNames(what string, names []string, known func(string) bool) {
+	seen := map[string]bool{}
+	for i, n := range names {
+		src := fmt.Sprintf("%ss[%d]", what, i)
+		switch {
+		case !known(n):
+			p.add(src, fmt.Sprintf("unknown %s %q of dataset %s", what, n, p.ds.Name))
+		case seen[n]:
+			p.add(src, fmt.Sprintf("%s %q is listed twice", what, n))
+		}
+		seen[n] = true
+	}
 }
 
 func (p *queryParser) filters(top map[string]json.RawMessage) {
