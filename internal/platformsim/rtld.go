@@ -409,7 +409,8 @@ func (s *Server) DeliverRecordsToAll(ctx context.Context, n int) (int, error) {
 }
 
 // LogBuckets returns, bucket by bucket in time order, what the delivery
-// engine did with the profile's stream (kept for DeliveryConfig.Retention).
+// engine did with the profile's stream (buckets older than
+// DeliveryConfig.Retention and an hour are forgotten).
 func (s *Server) LogBuckets(profileID int64) []LogBucket { return s.rtld.engine.logBuckets(profileID) }
 
 // Delivered returns the delivery engine's counters.

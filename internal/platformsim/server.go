@@ -2,7 +2,8 @@
 // demos and `--simulate`: the OAuth2 token endpoint, the accounts service
 // (organizations, properties, environments), the metrics service (six
 // datasets with deterministic, realistic data, late data and request
-// validation) and the RTLD service with log delivery (rtld*.go, delivery*.go),
+// validation) and the RTLD service with log delivery (rtld*.go, delivery*.go;
+// the records are the requests the metrics count, log*.go),
 // with optional faults (429, 5xx, latency; values that are not numbers and
 // malformed rows in data answers; a clock ahead of or behind the client's),
 // and the rate limits of spec section 8. Every answer carries Date (spec
