@@ -394,8 +394,6 @@ func human(d time.Duration) string {
 	return d.String()
 }
 
-func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
-
 func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")
 	ds, ok := s.dsByName[name]
