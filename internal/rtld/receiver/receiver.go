@@ -176,6 +176,7 @@ func New(cfg Config) (_ *Receiver, err error) {
 		}
 		r.sinks[SinkClickHouse] = c
 		r.closers = append(r.closers, c.Close)
+		r.reg.MustRegister(c)
 	}
 	readers := []string{rtld.GapReader}
 	for name := range r.sinks {

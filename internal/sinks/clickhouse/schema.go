@@ -42,7 +42,13 @@ import (
 //     replica of the shard is active.
 //
 // A node out of reach leaves the table incomplete (TableState.Complete) but
-// writable: the next Ensure completes it once the node is back.
+// writable: the next Ensure completes it once the node is back. Writers
+// call Ensure when they write; StartRecheck also calls it every
+// RecheckInterval for each incomplete table whether or not anything is
+// written, so a node that comes back gets its tables within two intervals
+// even while no row arrives (a table is written only when its data
+// changes). Incomplete tells, per table, on how many nodes it is still
+// incomplete (the self-metric of NewSchemaCollector).
 //
 // A Schema is safe for concurrent use; Ensure and Expire run one at a time.
 type Schema struct {
@@ -57,10 +63,26 @@ type Schema struct {
 	nodes  map[string]*nodeConn
 	ttlSet map[string]bool
 	expiry map[string]time.Time
+	// status is what the last Ensure of each table (by name) found.
+	status map[string]*tableStatus
+	// stopRecheck and recheckDone belong to the StartRecheck goroutine.
+	stopRecheck context.CancelFunc
+	recheckDone chan struct{}
 }
 
-// RecheckInterval is how often writers call Ensure again while a table is
-// incomplete.
+// tableStatus is what the last Ensure of a table found.
+type tableStatus struct {
+	table *Table
+	// incomplete counts the nodes where the table is missing, lacks
+	// columns or could not be read (0: complete everywhere).
+	incomplete int
+	// waiting is the reason logged last, so that a recheck that finds the
+	// same logs nothing new.
+	waiting string
+}
+
+// RecheckInterval is how often an incomplete table is ensured again (by
+// StartRecheck, and by writers).
 const RecheckInterval = 15 * time.Second
 
 // expireInterval is how often Expire looks for expired partitions of a
@@ -87,15 +109,84 @@ func NewSchema(db *DB, log *slog.Logger) *Schema {
 		log = slog.Default()
 	}
 	return &Schema{db: db, log: log, ddlTimeout: 30 * time.Second,
-		nodes: map[string]*nodeConn{}, ttlSet: map[string]bool{}, expiry: map[string]time.Time{}}
+		nodes: map[string]*nodeConn{}, ttlSet: map[string]bool{}, expiry: map[string]time.Time{},
+		status: map[string]*tableStatus{}}
 }
 
 // DB returns the connection given to NewSchema.
 func (s *Schema) DB() *DB { return s.db }
 
-// Close closes the connections to the cluster's nodes (not the DB given to
-// NewSchema).
+// StartRecheck starts a goroutine that, every interval, ensures again each
+// table whose last Ensure left it incomplete (a node out of reach, a change
+// waiting), until Close stops it. It does nothing when already started.
+func (s *Schema) StartRecheck(interval time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopRecheck != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopRecheck, s.recheckDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.recheckDone)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				s.recheck(ctx, interval)
+			}
+		}
+	}()
+}
+
+// recheck ensures every incomplete table once, each within timeout.
+func (s *Schema) recheck(ctx context.Context, timeout time.Duration) {
+	s.mu.Lock()
+	var tables []*Table
+	for _, st := range s.status {
+		if st.incomplete > 0 {
+			tables = append(tables, st.table)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(tables, func(a, b *Table) int { return strings.Compare(a.Name, b.Name) })
+	for _, t := range tables {
+		tctx, cancel := context.WithTimeout(ctx, max(timeout, 30*time.Second))
+		_, err := s.Ensure(tctx, t)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("ClickHouse table still incomplete on the cluster; checking again", "table", s.db.Table(t.Name), "err", err)
+		}
+	}
+}
+
+// Incomplete returns, for every table Ensure has seen, the number of nodes
+// on which the last Ensure found it missing, lacking columns or out of
+// reach (0: complete on every node).
+func (s *Schema) Incomplete() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.status))
+	for name, st := range s.status {
+		out[name] = st.incomplete
+	}
+	return out
+}
+
+// Close stops the StartRecheck goroutine (waiting for it) and closes the
+// connections to the cluster's nodes (not the DB given to NewSchema).
 func (s *Schema) Close() error {
+	s.mu.Lock()
+	stop, done := s.stopRecheck, s.recheckDone
+	s.stopRecheck = nil
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
@@ -120,6 +211,10 @@ type TableState struct {
 	// SortingKey is the sorting key of the table that stores the rows (the
 	// local table of the first reachable node), as system.tables shows it.
 	SortingKey string
+	// IncompleteNodes counts the nodes where the table (local or
+	// Distributed) is missing, lacks columns or could not be read; 0 when
+	// Complete.
+	IncompleteNodes int
 }
 
 // node is one server of the cluster (or the single server).
@@ -222,14 +317,23 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 			st.SortingKey = n.local.sortingKey
 		}
 		if n.db == nil {
-			st.Complete = false
+			st.IncompleteNodes++
 			waiting = append(waiting, fmt.Sprintf("node %s (shard %d) is out of reach: %v", n.addr, n.shard, n.err))
 			continue
 		}
 		if n.local == nil || len(n.local.lacks(t.Columns)) > 0 || (cluster != "" && (n.dist == nil || len(n.dist.lacks(t.Columns)) > 0)) {
-			st.Complete = false
+			st.IncompleteNodes++
 		}
 	}
+	if st.IncompleteNodes > 0 {
+		st.Complete = false
+	} else if !st.Complete {
+		// Every node has the table, but a change waits (e.g. for a
+		// replica to apply an ALTER): count the shard's nodes as one.
+		st.IncompleteNodes = 1
+	}
+	waitingText := strings.Join(dedupe(waiting), "; ")
+	logWaiting := s.record(t, st.IncompleteNodes, waitingText)
 	entry, err := s.conn(ctx, node{})
 	if err != nil {
 		return nil, err
@@ -258,11 +362,28 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 		}
 		return st, &SchemaError{Table: s.db.Table(t.Name), Reason: reason}
 	}
-	if !st.Complete {
+	if !st.Complete && logWaiting {
 		s.log.Warn("ClickHouse table incomplete on the cluster; writing, and completing it when possible",
-			"table", s.db.Table(t.Name), "cluster", cluster, "waiting", strings.Join(dedupe(waiting), "; "))
+			"table", s.db.Table(t.Name), "cluster", cluster, "incomplete_nodes", st.IncompleteNodes, "waiting", waitingText)
 	}
 	return st, nil
+}
+
+// record keeps what Ensure found for t and reports whether waiting is news
+// to log (it differs from the last reason logged). A table that becomes
+// complete is logged here.
+func (s *Schema) record(t *Table, incomplete int, waiting string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.status[t.Name]
+	s.status[t.Name] = &tableStatus{table: t, incomplete: incomplete, waiting: waiting}
+	if incomplete == 0 {
+		if prev != nil && prev.incomplete > 0 {
+			s.log.Info("ClickHouse table complete on every node of the cluster again", "table", s.db.Table(t.Name), "cluster", s.db.cluster)
+		}
+		return false
+	}
+	return prev == nil || prev.waiting != waiting
 }
 
 // topology lists the servers Ensure keeps in shape: the cluster's nodes,

@@ -29,6 +29,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
@@ -98,8 +100,9 @@ type Config struct {
 // that is down at start-up only delays delivery. It is safe for concurrent
 // use.
 type Sink struct {
-	cfg Config
-	log *slog.Logger
+	cfg       Config
+	log       *slog.Logger
+	collector prometheus.Collector
 
 	mu       sync.Mutex
 	db       *clickhouse.DB
@@ -171,7 +174,9 @@ func New(cfg Config) (*Sink, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("clickhouse access-log sink: invalid configuration: %w", err)
 	}
-	return &Sink{cfg: cfg, log: cfg.Logger}, nil
+	a := &Sink{cfg: cfg, log: cfg.Logger}
+	a.collector = clickhouse.NewSchemaCollector(a.currentSchema)
+	return a, nil
 }
 
 func isFixed(code string) bool {
@@ -209,6 +214,7 @@ func (a *Sink) connect(ctx context.Context) (*clickhouse.DB, []accessColumn, []s
 				"version", db.Version().String(), "retention", a.cfg.Retention.String())
 		}
 		a.db, a.schema, a.columns = db, clickhouse.NewSchema(db, a.log), nil
+		a.schema.StartRecheck(clickhouse.RecheckInterval)
 	}
 	if a.columns == nil || (!a.complete && time.Since(a.checked) >= clickhouse.RecheckInterval) {
 		cols, spec, complete, err := a.ensureTable(ctx, a.db)
@@ -595,6 +601,19 @@ func splitBatches(batches []*accesslog.Batch, n int) [][]*accesslog.Batch {
 		out = append(out, batches[start:])
 	}
 	return out
+}
+
+// Describe implements prometheus.Collector: the sink's self-metric
+// edgepipe_clickhouse_incomplete_nodes{table} (clickhouse.NewSchemaCollector).
+func (a *Sink) Describe(ch chan<- *prometheus.Desc) { a.collector.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (a *Sink) Collect(ch chan<- prometheus.Metric) { a.collector.Collect(ch) }
+
+func (a *Sink) currentSchema() *clickhouse.Schema {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.schema
 }
 
 // Close closes the connections.

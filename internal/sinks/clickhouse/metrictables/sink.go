@@ -183,14 +183,28 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{
+	s := &Sink{
 		cfg:     cfg,
 		log:     cfg.Logger.With("sink", "clickhouse"),
 		metrics: m,
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		tables:  make(map[string]*tableState),
-	}, nil
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(clickhouse.NewSchemaCollector(s.currentSchema)); err != nil {
+			return nil, fmt.Errorf("register ClickHouse sink metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// currentSchema returns the schema manager of the open connection (nil
+// while not connected).
+func (s *Sink) currentSchema() *clickhouse.Schema {
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	return s.schema
 }
 
 // Start starts the writer goroutine. Call Close to stop it.
@@ -528,6 +542,7 @@ func (s *Sink) connect(ctx context.Context) (*clickhouse.DB, error) {
 			"version", db.Version().String(), "retention", s.cfg.Retention.String())
 	}
 	s.db, s.schema = db, clickhouse.NewSchema(db, s.log)
+	s.schema.StartRecheck(clickhouse.RecheckInterval)
 	return db, nil
 }
 
