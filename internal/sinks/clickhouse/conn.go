@@ -36,9 +36,12 @@ package clickhouse
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -141,6 +144,54 @@ type openConfig struct {
 	dialTimeout  time.Duration
 	cluster      string
 	insertQuorum int
+	tls          TLSOptions
+}
+
+// TLSOptions are the client's side of TLS to ClickHouse, for a DSN that
+// asks for TLS (https://…?secure=true, or clickhouse://…?secure=true).
+type TLSOptions struct {
+	// CAFile is a PEM file of the CA certificates the server's certificate
+	// must chain to (default: the system's).
+	CAFile string
+	// ServerName is the name the certificate must be valid for (default:
+	// the DSN's host).
+	ServerName string
+	// InsecureSkipVerify accepts any certificate: for tests only.
+	InsecureSkipVerify bool
+}
+
+// IsZero reports whether no option is set.
+func (o TLSOptions) IsZero() bool { return o == TLSOptions{} }
+
+// apply sets o on the DSN's TLS configuration; it fails when the DSN does
+// not use TLS or the CA file cannot be read.
+func (o TLSOptions) apply(opts *ch.Options) error {
+	if o.IsZero() {
+		return nil
+	}
+	if opts.TLS == nil {
+		return errors.New("TLS options need a DSN with TLS (https://HOST:8443/DB?secure=true, or clickhouse://HOST:9440/DB?secure=true)")
+	}
+	cfg := opts.TLS.Clone()
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return fmt.Errorf("ClickHouse TLS CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("ClickHouse TLS CA file %s: no PEM certificate in it", o.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if o.ServerName != "" {
+		cfg.ServerName = o.ServerName
+	}
+	if o.InsecureSkipVerify {
+		cfg.InsecureSkipVerify = true
+	}
+	opts.TLS = cfg
+	return nil
 }
 
 // WithLogger sets the logger for connection events (default: slog.Default()).
@@ -159,6 +210,10 @@ func WithPassword(p string) Option {
 // not queued on the entry node.
 func WithCluster(name string) Option { return func(c *openConfig) { c.cluster = name } }
 
+// WithTLS sets the TLS options of a DSN that uses TLS (Open fails when it
+// does not).
+func WithTLS(o TLSOptions) Option { return func(c *openConfig) { c.tls = o } }
+
 // WithInsertQuorum makes every INSERT wait until n replicas of its shard
 // have the rows (insert_quorum=n; Replicated tables only, so a cluster). 0
 // or 1 waits for one.
@@ -173,27 +228,34 @@ type DB struct {
 	revision uint64
 	addr     string
 	cluster  string
+	http     bool // the HTTP interface, not the native protocol
 	log      *slog.Logger
 	// options open connections to the cluster's other nodes (openNode).
 	options *ch.Options
 }
 
-// Open connects to the ClickHouse server named by dsn over the native
-// protocol, creates the DSN's database on that server if it does not exist
-// (default "default"; on a cluster Schema creates it on the other nodes) and
-// detects the server version. It fails when the server cannot be reached;
-// callers that must survive an outage retry Open.
+// Open connects to the ClickHouse server named by dsn, over the native
+// protocol (clickhouse://host:9000/db) or the HTTP interface
+// (http://host:8123/db, https://host:8443/db?secure=true), creates the
+// DSN's database on that server if it does not exist (default "default";
+// on a cluster Schema creates it on the other nodes) and detects the server
+// version. It fails when the server cannot be reached (callers that must
+// survive an outage retry Open), and with an *UnsupportedServerError when
+// the server answers but cannot serve this protocol (HTTP before 19.x).
 func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	cfg := openConfig{log: slog.Default(), dialTimeout: 5 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	chOpts, err := ch.ParseDSN(dsn)
+	chOpts, err := ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("parse ClickHouse DSN %s: %w", RedactDSN(dsn), err)
+		return nil, err
 	}
-	if chOpts.Protocol != ch.Native {
-		return nil, fmt.Errorf("ClickHouse DSN %s: edgepipe speaks the native protocol (clickhouse://host:9000/db), not %s", RedactDSN(dsn), chOpts.Protocol)
+	if err := CheckDSN(dsn, cfg.cluster, cfg.tls); err != nil {
+		return nil, err
+	}
+	if err := cfg.tls.apply(chOpts); err != nil {
+		return nil, fmt.Errorf("ClickHouse DSN %s: %w", RedactDSN(dsn), err)
 	}
 	if cfg.hasPassword {
 		chOpts.Auth.Password = cfg.password
@@ -234,6 +296,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 		err = bootConn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(database))
 		_ = bootConn.Close()
 		if err != nil {
+			if chOpts.Protocol == ch.HTTP {
+				err = httpUnsupported(ctx, &boot, addr, err)
+			}
 			return nil, fmt.Errorf("create ClickHouse database %s at %s: %w", database, addr, err)
 		}
 	}
@@ -241,6 +306,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	connOpts.Auth.Database = database
 	db, err := connect(ctx, &connOpts, addr, database, cfg.log)
 	if err != nil {
+		if chOpts.Protocol == ch.HTTP {
+			err = httpUnsupported(ctx, &connOpts, addr, err)
+		}
 		return nil, err
 	}
 	db.cluster = cfg.cluster
@@ -269,7 +337,19 @@ func connect(ctx context.Context, opts *ch.Options, addr, database string, log *
 	if sv, err := conn.ServerVersion(); err == nil {
 		revision = sv.Revision
 	}
-	return &DB{conn: conn, database: database, version: v, revision: revision, addr: addr, log: log}, nil
+	return &DB{conn: conn, database: database, version: v, revision: revision, addr: addr, http: opts.Protocol == ch.HTTP, log: log}, nil
+}
+
+// ParseDSN parses a DSN as Open does: clickhouse-go's ParseDSN, with the
+// password redacted from any error. tcp:// and clickhouse:// are the
+// native protocol, http:// and https:// (with secure=true) the HTTP
+// interface.
+func ParseDSN(dsn string) (*ch.Options, error) {
+	opts, err := ch.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse ClickHouse DSN %s: %w", RedactDSN(dsn), err)
+	}
+	return opts, nil
 }
 
 // openNode connects to a server of the DSN's cluster at addr (host:port of
@@ -299,7 +379,7 @@ func (db *DB) openNode(ctx context.Context, addr string) (*DB, error) {
 // zigzag varints while the driver writes plain ones, so n arrives as n/2:
 // send 2n to them.
 func (db *DB) int64Setting(n int) int {
-	if db.revision != 0 && db.revision <= 54429 {
+	if !db.http && db.revision != 0 && db.revision <= 54429 {
 		return 2 * n
 	}
 	return n
@@ -318,6 +398,14 @@ func (db *DB) Database() string { return db.database }
 
 // Version returns the server version found at Open.
 func (db *DB) Version() Version { return db.version }
+
+// Protocol returns "native" or "http".
+func (db *DB) Protocol() string {
+	if db.http {
+		return "http"
+	}
+	return "native"
+}
 
 // Addr returns the server address(es), for logs (never carries credentials).
 func (db *DB) Addr() string { return db.addr }

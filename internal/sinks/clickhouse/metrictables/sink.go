@@ -28,7 +28,8 @@ import (
 
 // SinkConfig configures the exporter's metrics sink.
 type SinkConfig struct {
-	// DSN names the server and database (clickhouse://host:9000/db).
+	// DSN names the server and database: clickhouse://host:9000/db
+	// (native protocol), http://host:8123/db or https://host:8443/db?secure=true.
 	DSN string
 	// Password, when set, overrides the DSN's password (from the
 	// environment or a file, never a flag).
@@ -43,6 +44,8 @@ type SinkConfig struct {
 	// every node and a Distributed <dataset> sharded by environment, and
 	// INSERTs are synchronous (see clickhouse.Schema).
 	Cluster string
+	// TLS holds the TLS options of a DSN with TLS (https://…?secure=true).
+	TLS clickhouse.TLSOptions
 	// InsertQuorum, when above 1, makes every INSERT wait until that many
 	// replicas of its shard have the rows (insert_quorum).
 	InsertQuorum int
@@ -152,7 +155,7 @@ func (c SinkConfig) validate() error {
 	var errs []error
 	if c.DSN == "" {
 		errs = append(errs, errors.New("no DSN"))
-	} else if _, err := parseDSN(c.DSN); err != nil {
+	} else if err := clickhouse.CheckDSN(c.DSN, c.Cluster, c.TLS); err != nil {
 		errs = append(errs, err)
 	}
 	for _, d := range []struct {
@@ -525,17 +528,13 @@ func (s *Sink) connect(ctx context.Context) (*clickhouse.DB, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	opts := []clickhouse.Option{clickhouse.WithLogger(s.log), clickhouse.WithCluster(s.cfg.Cluster), clickhouse.WithInsertQuorum(s.cfg.InsertQuorum)}
-	if s.cfg.Password != "" {
-		opts = append(opts, clickhouse.WithPassword(s.cfg.Password))
-	}
-	db, err := clickhouse.Open(ctx, s.cfg.DSN, opts...)
+	db, err := clickhouse.Open(ctx, s.cfg.DSN, s.openOptions()...)
 	if err != nil {
 		s.lastDialErr, s.lastDialAt = err, time.Now()
 		return nil, err
 	}
 	s.lastDialErr = nil
-	s.log.Info("connected to ClickHouse", "addr", db.Addr(), "database", db.Database(), "version", db.Version().String(),
+	s.log.Info("connected to ClickHouse", "addr", db.Addr(), "protocol", db.Protocol(), "database", db.Database(), "version", db.Version().String(),
 		"cluster", s.cfg.Cluster, "low_cardinality", db.Version().HasLowCardinality(), "ttl", db.Version().HasTTL(), "codecs", db.Version().HasCodecs())
 	if s.cfg.Retention > 0 && !db.Version().HasTTL() {
 		s.log.Info("ClickHouse server has no TTL; --clickhouse.retention drops whole monthly partitions once all their rows are older",
@@ -544,6 +543,25 @@ func (s *Sink) connect(ctx context.Context) (*clickhouse.DB, error) {
 	s.db, s.schema = db, clickhouse.NewSchema(db, s.log)
 	s.schema.StartRecheck(clickhouse.RecheckInterval)
 	return db, nil
+}
+
+// openOptions are the options of clickhouse.Open for the configuration.
+func (s *Sink) openOptions() []clickhouse.Option {
+	opts := []clickhouse.Option{clickhouse.WithLogger(s.log), clickhouse.WithCluster(s.cfg.Cluster),
+		clickhouse.WithInsertQuorum(s.cfg.InsertQuorum), clickhouse.WithTLS(s.cfg.TLS)}
+	if s.cfg.Password != "" {
+		opts = append(opts, clickhouse.WithPassword(s.cfg.Password))
+	}
+	return opts
+}
+
+// Preflight connects once to stop the program at its start when the server
+// answers but can never be used (clickhouse.Preflight); a server out of
+// reach is not an error.
+func (s *Sink) Preflight(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return clickhouse.Preflight(ctx, s.cfg.DSN, s.openOptions()...)
 }
 
 // Schema returns the sink's schema manager (the tables of its connection,
@@ -917,14 +935,6 @@ func parseTime(s string) (time.Time, error) {
 		}
 	}
 	return time.Time{}, fmt.Errorf("not a date: %q", s)
-}
-
-// parseDSN checks a DSN without connecting.
-func parseDSN(dsn string) (string, error) {
-	if !strings.HasPrefix(dsn, "clickhouse://") && !strings.HasPrefix(dsn, "tcp://") {
-		return "", fmt.Errorf("ClickHouse DSN %s: want clickhouse://host:9000/database", clickhouse.RedactDSN(dsn))
-	}
-	return dsn, nil
 }
 
 // sinkMetrics are the sink's self-metrics.
