@@ -134,6 +134,17 @@ func (v Version) HasReplicatedAlterLog() bool { return v.AtLeast(20, 3) }
 // HasDateTime64 reports whether the DateTime64 type exists (20.1 and later).
 func (v Version) HasDateTime64() bool { return v.AtLeast(20, 1) }
 
+// HasDeduplicationToken reports whether an INSERT can carry
+// insert_deduplication_token (22.2 and later; with async_insert, which
+// such servers have, turned off per INSERT, and the MergeTree setting
+// non_replicated_deduplication_window for tables that are not Replicated).
+func (v Version) HasDeduplicationToken() bool { return v.AtLeast(22, 2) }
+
+// HasTTLOnlyDropParts reports whether a table takes ttl_only_drop_parts
+// and ALTER … MODIFY TTL takes materialize_ttl_after_modify (both there
+// well before 21.8, the oldest release edgepipe relies on for them).
+func (v Version) HasTTLOnlyDropParts() bool { return v.AtLeast(21, 8) }
+
 // Option configures Open.
 type Option func(*openConfig)
 
@@ -483,11 +494,46 @@ func (db *DB) prepare(ctx context.Context, table string, columns []string) (driv
 		quoted[i] = QuoteIdent(c)
 	}
 	q := "INSERT INTO " + db.Table(table) + " (" + strings.Join(quoted, ", ") + ")"
+	if settings := db.insertSettings(ctx); settings != nil {
+		ctx = ch.Context(ctx, ch.WithSettings(settings))
+	}
 	batch, err := db.conn.PrepareBatch(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("ClickHouse prepare insert into %s: %w", table, err)
 	}
 	return batch, nil
+}
+
+// dedupTokenKey is the context key of WithDeduplicationToken.
+type dedupTokenKey struct{}
+
+// WithDeduplicationToken returns ctx for one INSERT (Insert,
+// InsertColumns) that carries token, the identity of its rows: a server
+// that has insert_deduplication_token (HasDeduplicationToken) stores the
+// rows of a retried INSERT with the same token once, and so do the tables
+// of materialized views fed by it (deduplicate_blocks_in_dependent_materialized_views;
+// their tables need a deduplication window too). The same token must
+// always name the same rows, in the same order. Older servers store the
+// copy; FINAL collapses it.
+func WithDeduplicationToken(ctx context.Context, token string) context.Context {
+	return context.WithValue(ctx, dedupTokenKey{}, token)
+}
+
+// insertSettings returns the settings of an INSERT in ctx, nil for none.
+// On servers with deduplication tokens, async_insert is off for every
+// INSERT (ClickHouse 26 turns it on by default, and an asynchronous INSERT
+// ignores the token unless async_insert_deduplicate is on); edgepipe's
+// INSERTs are large already.
+func (db *DB) insertSettings(ctx context.Context) ch.Settings {
+	if !db.version.HasDeduplicationToken() {
+		return nil
+	}
+	settings := ch.Settings{"async_insert": 0}
+	if token, _ := ctx.Value(dedupTokenKey{}).(string); token != "" {
+		settings["insert_deduplication_token"] = token
+		settings["deduplicate_blocks_in_dependent_materialized_views"] = 1
+	}
+	return settings
 }
 
 // Close closes the connection pool.

@@ -305,7 +305,7 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 		waiting = append(waiting, w...)
 	}
 	if preexisting {
-		s.setTTL(ctx, t, states)
+		s.setOptions(ctx, t, states)
 	}
 	if changed {
 		states = s.survey(ctx, nodes, t)
@@ -787,16 +787,19 @@ func (s *Schema) addDistributedColumns(ctx context.Context, t *Table, states []*
 	return changed, waiting
 }
 
-// setTTL sets the TTL of a table that existed before this process, once
-// per process and table (the retention may have changed); a failure is
-// logged, not returned.
-func (s *Schema) setTTL(ctx context.Context, t *Table, states []*nodeState) {
-	ttl := t.ttl(s.db.version)
+// setOptions brings the TTL and the table settings of a table that existed
+// before this process to what t asks for, once per process and table, on
+// one replica of each shard (the ALTER reaches the others); a failure is
+// logged, not returned. The TTL is changed only when the retention
+// changed, with materialize_ttl_after_modify = 0 where the server has it,
+// so no part is rewritten: parts written before keep the old retention
+// until a merge rewrites them anyway (README: retention).
+func (s *Schema) setOptions(ctx context.Context, t *Table, states []*nodeState) {
 	local := s.db.Table(t.LocalName(s.db.cluster))
 	s.mu.Lock()
 	done := s.ttlSet[local]
 	s.mu.Unlock()
-	if ttl == "" || done {
+	if done {
 		return
 	}
 	ok := true
@@ -805,10 +808,7 @@ func (s *Schema) setTTL(ctx context.Context, t *Table, states []*nodeState) {
 			if n.shard != shard || n.db == nil || n.local == nil {
 				continue
 			}
-			if err := n.db.Exec(ctx, "ALTER TABLE "+local+" MODIFY TTL "+ttl); err != nil {
-				s.log.Warn("could not set the ClickHouse table's TTL", "table", local, "node", n.addr, "err", err)
-				ok = false
-			}
+			ok = s.setOptionsOn(ctx, t, n) && ok
 			break
 		}
 	}
@@ -817,6 +817,47 @@ func (s *Schema) setTTL(ctx context.Context, t *Table, states []*nodeState) {
 		s.ttlSet[local] = true
 		s.mu.Unlock()
 	}
+}
+
+// setOptionsOn alters the local table on node n; it reports success.
+func (s *Schema) setOptionsOn(ctx context.Context, t *Table, n *nodeState) bool {
+	local := s.db.Table(t.LocalName(s.db.cluster))
+	ok := true
+	for _, st := range t.settings(s.db.cluster, s.db.version) {
+		if strings.Contains(n.local.create, st.name+" = "+st.value) {
+			continue
+		}
+		if err := n.db.Exec(ctx, "ALTER TABLE "+local+" MODIFY SETTING "+st.name+" = "+st.value); err != nil {
+			s.log.Warn("could not set a ClickHouse table setting", "table", local, "node", n.addr, "setting", st.name, "err", err)
+			ok = false
+			continue
+		}
+		s.log.Info("set a ClickHouse table setting", "table", local, "node", n.addr, "setting", st.name+" = "+st.value)
+	}
+	ttl := t.ttl(s.db.version)
+	if ttl == "" || hasTTL(n.local.create, t.Retention) {
+		return ok
+	}
+	ttlCtx := ctx
+	if s.db.version.HasTTLOnlyDropParts() {
+		ttlCtx = ch.Context(ctx, ch.WithSettings(ch.Settings{"materialize_ttl_after_modify": 0}))
+	}
+	if err := n.db.Exec(ttlCtx, "ALTER TABLE "+local+" MODIFY TTL "+ttl); err != nil {
+		s.log.Warn("could not set the ClickHouse table's TTL", "table", local, "node", n.addr, "err", err)
+		return false
+	}
+	s.log.Info("changed the ClickHouse table's TTL; parts written before keep their old expiry until merged (ALTER TABLE … MATERIALIZE TTL applies it to them, rewriting them)",
+		"table", local, "node", n.addr, "ttl", ttl)
+	return ok
+}
+
+// hasTTL reports whether a CREATE statement (system.tables) already has
+// the TTL of retention: the server writes "INTERVAL n SECOND" as
+// toIntervalSecond(n).
+func hasTTL(create string, retention time.Duration) bool {
+	n := strconv.FormatInt(int64(retention/time.Second), 10)
+	return strings.Contains(create, " TTL ") &&
+		(strings.Contains(create, "toIntervalSecond("+n+")") || strings.Contains(create, "INTERVAL "+n+" SECOND"))
 }
 
 // Expire enforces t.Retention on servers without TTL: it drops, on each

@@ -21,6 +21,9 @@ package logtable
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,18 +58,23 @@ const Table = "access_logs"
 // redelivered record has the same timestamp), so every redelivery collapses
 // and `SELECT count() FROM access_logs FINAL` counts each delivered record
 // once.
-var fixedColumns = []struct{ name, typ string }{
-	{"environment_id", "String"},
-	{"agent_id", "String"},
-	{"datestamp", "String"},
-	{"seq_num", "Int64"},
-	{"record_key", "String"},
-	{"record_index", "UInt32"},
-	{"profile_id", "String"},
-	{"format", "String"},
-	{"received_at", "DateTime"},
-	{"extra", "String"},
-	{"insert_version", "UInt64"},
+//
+// modern is the column's type and codec on modern servers (Modern): the
+// identity's strings with few values as LowCardinality, codecs for the
+// time, version and extra (long JSON text); the sorting key's other
+// columns keep the default compression.
+var fixedColumns = []struct{ name, typ, modern string }{
+	{"environment_id", "String", "LowCardinality(String)"},
+	{"agent_id", "String", "LowCardinality(String)"},
+	{"datestamp", "String", "LowCardinality(String)"},
+	{"seq_num", "Int64", "Int64"},
+	{"record_key", "String", "String"},
+	{"record_index", "UInt32", "UInt32"},
+	{"profile_id", "String", "LowCardinality(String)"},
+	{"format", "String", "LowCardinality(String)"},
+	{"received_at", "DateTime", "DateTime CODEC(Delta, ZSTD(1))"},
+	{"extra", "String", "String CODEC(ZSTD(1))"},
+	{"insert_version", "UInt64", "UInt64 CODEC(Delta, ZSTD(1))"},
 }
 
 // Config configures the access-log sink.
@@ -305,10 +313,14 @@ func TableSpec(v clickhouse.Version, fields []accesslog.Field, existing map[stri
 		ShardingKey: "cityHash64(" + strings.Join(identity, ", ") + ")",
 	}
 	for _, c := range fixedColumns {
-		t.Columns = append(t.Columns, clickhouse.Column{Name: c.name, Type: c.typ})
+		typ := c.typ
+		if Modern(v) {
+			typ = c.modern
+		}
+		t.Columns = append(t.Columns, clickhouse.Column{Name: c.name, Type: typ})
 	}
 	for _, c := range cols {
-		t.Columns = append(t.Columns, clickhouse.Column{Name: c.name, Type: c.typ.raw})
+		t.Columns = append(t.Columns, clickhouse.Column{Name: c.name, Type: c.typ.raw + fieldCodec(c.field, c.typ, v)})
 		if c.fraction != "" {
 			t.Columns = append(t.Columns, clickhouse.Column{Name: c.fraction, Type: "UInt32"})
 		}
@@ -317,6 +329,9 @@ func TableSpec(v clickhouse.Version, fields []accesslog.Field, existing map[stri
 		t.PartitionBy = "toDate(`timestamp`)"
 		t.OrderBy = append([]string{"environment_id", "toStartOfHour(`timestamp`)"}, identity[1:]...)
 		t.Retention, t.RetentionTime = retention, "toDateTime(`timestamp`)"
+		// Daily partitions and a retention in seconds: parts of a day
+		// expire whole at most a day late, never rewritten row by row.
+		t.TTLOnlyDropParts = true
 	}
 	return t, nil
 }
@@ -343,7 +358,7 @@ func accessColumns(v clickhouse.Version, fields []accesslog.Field, existing map[
 			continue
 		}
 		seen[f.Code] = true
-		want := defaultType(f.Type, v.HasDateTime64())
+		want := defaultType(f, v)
 		raw, ok := existing[f.Code]
 		if !ok {
 			raw = want
@@ -517,7 +532,8 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if errs[i] = db.InsertColumns(ctx, Table, names, data.slices()); errs[i] == nil {
+			ictx := clickhouse.WithDeduplicationToken(ctx, groupToken(p.groups[i], names))
+			if errs[i] = db.InsertColumns(ictx, Table, names, data.slices()); errs[i] == nil {
 				p.done[i] = true
 			}
 		}()
@@ -576,6 +592,33 @@ func (p *preparedInsert) outcome(gen int, errs []error) error {
 		return errors.Join(retry...)
 	}
 	return errors.Join(rejected...)
+}
+
+// groupToken returns the deduplication token of one INSERT: a hash of the
+// identity of its batches (environment, profile, agent, datestamp and
+// seq_num, or the content hash of a batch without identity), the records
+// of each it holds, and the columns. A retried INSERT of the same records
+// carries the same token, so a server with deduplication tokens stores its
+// rows once (see clickhouse.WithDeduplicationToken).
+func groupToken(batches []*accesslog.Batch, names []string) string {
+	h := sha256.New()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+	}
+	var buf [8]byte
+	for _, b := range batches {
+		if b.HasIdentity() {
+			fmt.Fprintf(h, "\x01%s\x00%s\x00%s\x00%s\x00%d", b.EnvironmentID, b.ProfileID, b.AgentID, b.Datestamp, b.SeqNum)
+		} else {
+			fmt.Fprintf(h, "\x02%s\x00%s", b.EnvironmentID, b.ContentHash())
+		}
+		for i := range b.Records {
+			binary.BigEndian.PutUint64(buf[:], uint64(b.RecordIndex(i)))
+			h.Write(buf[:])
+		}
+	}
+	return "edgepipe-rtld-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // splitBatches cuts batches into at most n runs of about equal record counts.

@@ -9,6 +9,9 @@ package metrictables
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -435,9 +438,14 @@ func (s *Sink) writeAll(items []*block) []*block {
 	groups := make(map[string][]*block)
 	groupRows := make(map[string]int)
 	var order []string
-	for _, it := range items {
+	for i, it := range items {
 		sig := it.signature()
 		k := sig
+		if it.sealed {
+			// A failed INSERT is retried as it was, so that its
+			// deduplication token names the same rows.
+			k = "\x00sealed#" + strconv.Itoa(i)
+		}
 		for n := 1; groupRows[k] > 0 && groupRows[k]+it.rows > maxInsertRows; n++ {
 			k = sig + "\x00#" + strconv.Itoa(n)
 		}
@@ -467,17 +475,16 @@ func (s *Sink) writeAll(items []*block) []*block {
 				// about the table (it may have changed) and give up on the
 				// rows after a few attempts rather than blocking the queue.
 				s.forgetTable(merged.table)
-				for _, b := range g {
-					b.rejections++
-				}
-				if g[0].rejections >= 5 {
+				merged.rejections++
+				if merged.rejections >= 5 {
 					s.metrics.dropped.WithLabelValues(merged.dataset, "rejected").Add(float64(merged.rows))
 					s.log.Error("ClickHouse rejected rows five times; dropped them", "dataset", merged.dataset, "rows", merged.rows, "err", err)
 					continue // not returned as failed: leaves the queue
 				}
 			}
 			s.log.Warn("ClickHouse insert failed, will retry", "dataset", merged.dataset, "rows", merged.rows, "err", err)
-			failed = append(failed, g...)
+			merged.sealed = true
+			failed = append(failed, merged)
 			continue
 		}
 		s.metrics.up.Set(1)
@@ -494,7 +501,7 @@ func (s *Sink) writeBlock(ctx context.Context, db *clickhouse.DB, b *block) erro
 		return err
 	}
 	start := time.Now()
-	err = db.InsertColumns(ctx, b.table, columnNames(b.cols), b.columnData())
+	err = db.InsertColumns(clickhouse.WithDeduplicationToken(ctx, b.token()), b.table, columnNames(b.cols), b.columnData())
 	s.metrics.insertDuration.WithLabelValues(b.dataset).Observe(time.Since(start).Seconds())
 	if err == nil {
 		s.expire(ctx, spec)
@@ -724,7 +731,8 @@ func columnNames(cols []Column) []string {
 	return out
 }
 
-// block is one batch's rows in column-oriented form, ready to insert.
+// block is one batch's rows in column-oriented form, ready to insert, or
+// several merged into one INSERT.
 type block struct {
 	dataset    string
 	table      string // TableName(ds)
@@ -733,6 +741,12 @@ type block struct {
 	data       []colData
 	rows       int
 	rejections int
+	// versions are the versions of the batches in the block, in order:
+	// its identity (token).
+	versions []uint64
+	// sealed marks an INSERT that failed: it is retried as is, never
+	// merged with other blocks, so its token names the same rows.
+	sealed bool
 
 	minTime, maxTime time.Time
 }
@@ -770,6 +784,21 @@ func (c *colData) appendFrom(o *colData) {
 	c.f = append(c.f, o.f...)
 }
 
+// token returns the block's deduplication token: its table, columns and
+// the versions of its batches (each unique within the process and across
+// restarts, being wall-clock nanoseconds), so a retry of the same INSERT
+// carries the same token and nothing else does.
+func (b *block) token() string {
+	h := sha256.New()
+	h.Write([]byte(b.signature()))
+	var buf [8]byte
+	for _, v := range b.versions {
+		binary.BigEndian.PutUint64(buf[:], v)
+		h.Write(buf[:])
+	}
+	return "edgepipe-metrics-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 func (b *block) signature() string {
 	return b.table + "\x00" + strings.Join(columnNames(b.cols), "\x00")
 }
@@ -796,6 +825,8 @@ func mergeBlocks(bs []*block) *block {
 			m.data[i].appendFrom(&b.data[i])
 		}
 		m.rows += b.rows
+		m.versions = append(m.versions, b.versions...)
+		m.rejections = max(m.rejections, b.rejections)
 	}
 	return m
 }
@@ -806,7 +837,7 @@ func mergeBlocks(bs []*block) *block {
 func newBlock(b *schedule.Batch, version uint64) (*block, int) {
 	cols := MetricsColumns(b.Dataset, nonNil(b.Labels), nonNil(b.Metrics))
 	n := len(b.Updates)
-	blk := &block{dataset: b.Dataset.Name, table: TableName(b.Dataset), ds: b.Dataset, cols: cols, data: make([]colData, len(cols))}
+	blk := &block{dataset: b.Dataset.Name, table: TableName(b.Dataset), ds: b.Dataset, cols: cols, data: make([]colData, len(cols)), versions: []uint64{version}}
 	for i, c := range cols {
 		d := &blk.data[i]
 		d.kind = c.Kind
