@@ -146,7 +146,9 @@ func (s *ChDBServer) ping(ctx context.Context) error {
 func (s *ChDBServer) logs() string { return fileTail(filepath.Join(s.dir, "server.log"), 4000) }
 
 // HTTPAddr returns host:port of the HTTP interface.
-func (s *ChDBServer) HTTPAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.httpPort)) }
+func (s *ChDBServer) HTTPAddr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.httpPort))
+}
 
 // HTTPSAddr returns host:port of the HTTPS interface (certificate for
 // localhost and 127.0.0.1, signed by CAFile).
