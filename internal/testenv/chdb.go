@@ -68,6 +68,7 @@ type ChDBServer struct {
 	certFile   string
 	keyFile    string
 	serverName string
+	configFile string
 	mu         sync.Mutex
 	proc       *process
 }
@@ -88,6 +89,10 @@ func ChDB(t testing.TB) *ChDBServer {
 	if err := s.writeTLS(); err != nil {
 		t.Fatalf("testenv: chdb-server TLS: %v", err)
 	}
+	s.configFile = filepath.Join(s.dir, "config.xml")
+	if err := os.WriteFile(s.configFile, []byte(chdbConfigXML), 0o644); err != nil {
+		t.Fatalf("testenv: chdb-server config: %v", err)
+	}
 	t.Cleanup(s.Kill)
 	for attempt := 0; attempt < 4; attempt++ {
 		if s.httpPort, err = stablePort(); err == nil {
@@ -107,6 +112,21 @@ func ChDB(t testing.TB) *ChDBServer {
 	return nil
 }
 
+// ChDBCluster is the cluster of the chdb-server's remote_servers: one shard
+// of one replica at a port nobody listens on. It lets a Distributed table
+// be created as written (it cannot be written through: chDB has no
+// native port, and no ZooKeeper for ON CLUSTER or Replicated tables).
+const ChDBCluster = "edgepipe"
+
+const chdbConfigXML = `<clickhouse>
+    <remote_servers>
+        <edgepipe>
+            <shard><replica><host>127.0.0.1</host><port>1</port></replica></shard>
+        </edgepipe>
+    </remote_servers>
+</clickhouse>
+`
+
 // chdbStartTimeout bounds one start: loading the 560 MB library and the
 // tables takes a few seconds on a busy machine.
 const chdbStartTimeout = 60 * time.Second
@@ -118,7 +138,7 @@ func (s *ChDBServer) start() error {
 		return nil
 	}
 	p, err := startProcess("chdb-server", filepath.Join(s.dir, "server.log"), "/usr/bin/env",
-		"CHDB_LIB_PATH="+s.lib, s.bin, "--path="+filepath.Join(s.dir, "data"),
+		"CHDB_LIB_PATH="+s.lib, s.bin, "--path="+filepath.Join(s.dir, "data"), "--config="+s.configFile,
 		"--http="+s.HTTPAddr(), "--https="+s.HTTPSAddr(), "--cert="+s.certFile, "--key="+s.keyFile)
 	if err != nil {
 		return err

@@ -68,20 +68,25 @@ func main() {
 	cert := flag.String("cert", "", "PEM certificate of the HTTPS listener")
 	key := flag.String("key", "", "PEM key of the HTTPS listener")
 	user := flag.String("user", "default", "the one user accepted; its password comes from $CHDB_SERVER_PASSWORD (none when unset)")
+	config := flag.String("config", "", "a ClickHouse configuration file for the engine (e.g. remote_servers)")
 	flag.Parse()
 	if *path == "" {
 		log.Fatal("chdb-server: --path is required")
 	}
-	if err := run(*path, *httpAddr, *httpsAddr, *cert, *key, *user, os.Getenv("CHDB_SERVER_PASSWORD")); err != nil {
+	conn := *path
+	if *config != "" {
+		conn += "?config-file=" + *config
+	}
+	if err := run(*path, conn, *httpAddr, *httpsAddr, *cert, *key, *user, os.Getenv("CHDB_SERVER_PASSWORD")); err != nil {
 		log.Fatalf("chdb-server: %v", err)
 	}
 }
 
-func run(path, httpAddr, httpsAddr, cert, key, user, password string) error {
+func run(path, connString, httpAddr, httpsAddr, cert, key, user, password string) error {
 	if err := os.MkdirAll(filepath.Join(path, "tmp"), 0o755); err != nil {
 		return err
 	}
-	conn, err := chdb.NewConnectionFromConnString(path)
+	conn, err := chdb.NewConnectionFromConnString(connString)
 	if err != nil {
 		return fmt.Errorf("open chDB at %s: %w", path, err)
 	}
