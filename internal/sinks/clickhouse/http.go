@@ -91,6 +91,11 @@ func CheckDSN(dsn, cluster string, tls TLSOptions) error {
 	if err != nil {
 		return err
 	}
+	switch scheme, _, _ := strings.Cut(dsn, "://"); scheme {
+	case "clickhouse", "tcp", "http", "https":
+	default:
+		return fmt.Errorf("ClickHouse DSN %s: want clickhouse://HOST:9000/DB (native protocol), http://HOST:8123/DB or https://HOST:8443/DB?secure=true", RedactDSN(dsn))
+	}
 	if opts.Protocol == ch.HTTP && cluster != "" {
 		return fmt.Errorf("ClickHouse DSN %s: a cluster needs the native protocol (clickhouse://HOST:9000/DB): the schema is checked on every node through the native port system.clusters lists", RedactDSN(dsn))
 	}
