@@ -122,6 +122,9 @@ type Sink struct {
 	complete bool
 	checked  time.Time
 	warned   bool // the old-layout warning was logged
+	// resumed is set once a delivery succeeded: the first ones drop the
+	// batches a previous run stored without committing them.
+	resumed bool
 }
 
 // accessColumn is one typed field column.
@@ -485,6 +488,9 @@ type preparedInsert struct {
 	gen     int
 	data    []*columnData
 	done    []bool // groups acknowledged in generation gen
+	// stored marks the batches a previous run already stored (dropStored;
+	// nil until checked).
+	stored map[*accesslog.Batch]bool
 }
 
 // build converts every group (in parallel when there are several and
@@ -494,20 +500,87 @@ func (p *preparedInsert) build(cols []accessColumn, gen int, parallel bool) {
 	p.data = make([]*columnData, len(p.groups))
 	clear(p.done) // a new table (re-created) needs every row again
 	if !parallel || len(p.groups) == 1 {
-		for i, g := range p.groups {
-			p.data[i] = buildColumns(g, cols, p.version)
+		for i := range p.groups {
+			p.data[i] = buildColumns(p.insertable(i), cols, p.version)
 		}
 		return
 	}
 	var wg sync.WaitGroup
-	for i, g := range p.groups {
+	for i := range p.groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.data[i] = buildColumns(g, cols, p.version)
+			p.data[i] = buildColumns(p.insertable(i), cols, p.version)
 		}()
 	}
 	wg.Wait()
+}
+
+// insertable returns the batches of group i to insert: all but those a
+// previous run already stored (dropStored).
+func (p *preparedInsert) insertable(i int) []*accesslog.Batch {
+	if len(p.stored) == 0 {
+		return p.groups[i]
+	}
+	var out []*accesslog.Batch
+	for _, b := range p.groups[i] {
+		if !p.stored[b] {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// dropStored marks the batches with identity that the table already holds
+// in full, so that they are not inserted again. The first delivery after
+// the receiver starts runs it: the spool delivers again what the previous
+// run inserted but had not committed when it stopped, and when more
+// batches arrived meanwhile it groups them differently, so their INSERT
+// carries another deduplication token than the stored one.
+func (p *preparedInsert) dropStored(ctx context.Context, db *clickhouse.DB) error {
+	var keys []string
+	want := map[string]*accesslog.Batch{}
+	for _, b := range p.batches {
+		if !b.HasIdentity() {
+			continue
+		}
+		k := fmt.Sprintf("(%s, %s, %s, %s, %d)", clickhouse.QuoteString(b.EnvironmentID), clickhouse.QuoteString(b.ProfileID),
+			clickhouse.QuoteString(b.AgentID), clickhouse.QuoteString(b.Datestamp), b.SeqNum)
+		keys = append(keys, k)
+		want[k] = b
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err := db.Conn().Query(ctx, "SELECT environment_id, profile_id, agent_id, datestamp, seq_num, uniqExact(record_index) FROM "+
+		db.Table(Table)+" WHERE (environment_id, profile_id, agent_id, datestamp, seq_num) IN ("+strings.Join(keys, ", ")+
+		") GROUP BY environment_id, profile_id, agent_id, datestamp, seq_num")
+	if err != nil {
+		return fmt.Errorf("clickhouse: find the batches already stored: %w", err)
+	}
+	defer rows.Close()
+	stored := map[*accesslog.Batch]bool{}
+	for rows.Next() {
+		var env, profile, agent, datestamp string
+		var seq int64
+		var n uint64
+		if err := rows.Scan(&env, &profile, &agent, &datestamp, &seq, &n); err != nil {
+			return fmt.Errorf("clickhouse: find the batches already stored: %w", err)
+		}
+		k := fmt.Sprintf("(%s, %s, %s, %s, %d)", clickhouse.QuoteString(env), clickhouse.QuoteString(profile),
+			clickhouse.QuoteString(agent), clickhouse.QuoteString(datestamp), seq)
+		if b := want[k]; b != nil && n >= uint64(len(b.Records)) {
+			stored[b] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("clickhouse: find the batches already stored: %w", err)
+	}
+	if len(stored) > 0 {
+		p.a.log.Info("clickhouse: batches stored before the restart are not inserted again", "batches", len(stored))
+	}
+	p.stored = stored
+	return nil
 }
 
 // Deliver runs the INSERTs not yet acknowledged (connecting first when
@@ -519,6 +592,13 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 	db, cols, names, gen, err := p.a.connect(ctx)
 	if err != nil {
 		return err
+	}
+	first := !p.a.resumedDelivery()
+	if first && p.stored == nil {
+		if err := p.dropStored(ctx, db); err != nil {
+			return err
+		}
+		p.data = nil
 	}
 	if p.data == nil || p.gen != gen {
 		p.build(cols, gen, true)
@@ -532,7 +612,7 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ictx := clickhouse.WithDeduplicationToken(ctx, groupToken(p.groups[i], names))
+			ictx := clickhouse.WithDeduplicationToken(ctx, groupToken(p.insertable(i), names))
 			if errs[i] = db.InsertColumns(ictx, Table, names, data.slices()); errs[i] == nil {
 				p.done[i] = true
 			}
@@ -542,8 +622,21 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 	if err := p.outcome(gen, errs); err != nil {
 		return err
 	}
+	if first {
+		p.a.mu.Lock()
+		p.a.resumed = true
+		p.a.mu.Unlock()
+	}
 	p.a.expire(ctx)
 	return nil
+}
+
+// resumedDelivery reports whether a delivery succeeded since the sink was
+// made (until then, deliveries drop what a previous run stored).
+func (a *Sink) resumedDelivery() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.resumed
 }
 
 // expire enforces the retention on servers without TTL (hourly at most,
@@ -574,6 +667,9 @@ func (p *preparedInsert) outcome(gen int, errs []error) error {
 			case clickhouse.ClassRejected:
 				var refs []delivery.RecordRef
 				for bi := range group {
+					if p.stored[group[bi]] {
+						continue
+					}
 					for ri := range group[bi].Records {
 						refs = append(refs, delivery.RecordRef{Batch: first + bi, Record: ri})
 					}
