@@ -50,15 +50,15 @@ func TestChDBServer(t *testing.T) {
 		t.Fatalf("insert over HTTPS: %v", err)
 	}
 	var (
-		n    uint64
-		max  time.Time
-		seen string
+		n      uint64
+		newest time.Time
+		seen   string
 	)
-	if err := conn.QueryRow(ctx, "SELECT count(), max(at), any(s) FROM t.x FINAL").Scan(&n, &max, &seen); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT count(), max(at), any(s) FROM t.x FINAL").Scan(&n, &newest, &seen); err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 || !max.Equal(at) || seen != "pop" {
-		t.Errorf("read back count %d, max(at) %s, s %q; want 3, %s, pop", n, max, seen, at)
+	if n != 3 || !newest.Equal(at) || seen != "pop" {
+		t.Errorf("read back count %d, max(at) %s, s %q; want 3, %s, pop", n, newest, seen, at)
 	}
 
 	var ex *clickhouse.Exception

@@ -176,7 +176,7 @@ func TestRestartRegroupedNoDuplicates26(t *testing.T) {
 	before.Close() // the crash: the spool position was not committed
 	after := newSink(t, Config{DSN: srv.DSN("logs_restart")})
 	t.Cleanup(func() { after.Close() })
-	deliverAll(ctx, t, after, batches)     // from the committed position: the five again and three more
+	deliverAll(ctx, t, after, batches) // from the committed position: the five again and three more
 	if raw := srv.QueryUint64(t, "SELECT count() FROM logs_restart.access_logs"); raw != 800 {
 		t.Errorf("count() %d without FINAL, want the 800 unique records", raw)
 	}

@@ -41,7 +41,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -71,14 +71,16 @@ func main() {
 	config := flag.String("config", "", "a ClickHouse configuration file for the engine (e.g. remote_servers)")
 	flag.Parse()
 	if *path == "" {
-		log.Fatal("chdb-server: --path is required")
+		slog.Error("chdb-server: --path is required")
+		os.Exit(2)
 	}
 	conn := *path
 	if *config != "" {
 		conn += "?config-file=" + *config
 	}
 	if err := run(*path, conn, *httpAddr, *httpsAddr, *cert, *key, *user, os.Getenv("CHDB_SERVER_PASSWORD")); err != nil {
-		log.Fatalf("chdb-server: %v", err)
+		slog.Error("chdb-server", "err", err)
+		os.Exit(1)
 	}
 }
 
@@ -111,7 +113,7 @@ func run(path, connString, httpAddr, httpsAddr, cert, key, user, password string
 				errc <- hs.Serve(l)
 			}
 		}()
-		log.Printf("chdb-server: ClickHouse %s listening on %s (tls=%v)", e.version, l.Addr(), tls)
+		slog.Info("chdb-server: listening", "version", e.version, "addr", l.Addr().String(), "tls", tls)
 		return nil
 	}
 	if httpAddr != "" {
@@ -128,9 +130,9 @@ func run(path, connString, httpAddr, httpsAddr, cert, key, user, password string
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	select {
 	case s := <-sig:
-		log.Printf("chdb-server: %v: shutting down", s)
+		slog.Info("chdb-server: shutting down", "signal", s.String())
 	case err := <-errc:
-		log.Printf("chdb-server: serve: %v", err)
+		slog.Error("chdb-server: serve", "err", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -170,14 +172,13 @@ func (e *engine) close() {
 
 // request is one query as the HTTP interface received it.
 type request struct {
-	query     string
-	data      []byte // an INSERT's data (nil: none)
-	database  string
-	format    string // output format
-	protocol  uint64 // client_protocol_version
-	settings  [][2]string
-	setNames  []string
-	insertFmt string
+	query    string
+	data     []byte // an INSERT's data (nil: none)
+	database string
+	format   string // output format
+	protocol uint64 // client_protocol_version
+	settings [][2]string
+	setNames []string
 }
 
 // exec runs r and returns its output in r.format.
@@ -204,7 +205,7 @@ func (e *engine) exec(r *request) ([]byte, error) {
 		e.seq++
 		file := filepath.Join(e.tmp, "insert-"+strconv.Itoa(e.seq)+".data")
 		if err := os.WriteFile(file, r.data, 0o600); err != nil {
-			return nil, fmt.Errorf("Code: 1001. DB::Exception: chdb-server: write the INSERT's data: %v. (STD_EXCEPTION)", err)
+			return nil, errStd("write the INSERT's data: %v", err)
 		}
 		defer os.Remove(file)
 		var err error
@@ -218,7 +219,7 @@ func (e *engine) exec(r *request) ([]byte, error) {
 func (e *engine) resetSettings(names []string) {
 	for _, n := range names {
 		if _, err := e.query("SET "+quoteIdent(n)+" = DEFAULT", "TabSeparated"); err != nil {
-			log.Printf("chdb-server: reset setting %s: %v", n, err)
+			slog.Warn("chdb-server: reset setting", "setting", n, "err", err)
 		}
 	}
 }
@@ -251,7 +252,7 @@ var settingsClause = regexp.MustCompile(`(?is)\s+SETTINGS\s+[^()]*$`)
 func insertFromFile(q, file string) (string, error) {
 	m := formatClause.FindStringSubmatchIndex(q)
 	if m == nil {
-		return "", errors.New("Code: 73. DB::Exception: chdb-server: an INSERT with data needs a FORMAT clause. (UNKNOWN_FORMAT)")
+		return "", &serverError{code: 73, name: "UNKNOWN_FORMAT", msg: "an INSERT with data needs a FORMAT clause"}
 	}
 	format := q[m[2]:m[3]]
 	stmt := q[:m[0]]
@@ -260,6 +261,22 @@ func insertFromFile(q, file string) (string, error) {
 		stmt, settings = stmt[:s[0]], stmt[s[0]:]
 	}
 	return stmt + " FROM INFILE " + quoteString(file) + settings + " FORMAT " + format, nil
+}
+
+// serverError is an exception of the server's own, in ClickHouse's form.
+type serverError struct {
+	code int
+	name string
+	msg  string
+}
+
+func (e *serverError) Error() string {
+	return fmt.Sprintf("Code: %d. DB::Exception: chdb-server: %s. (%s)", e.code, e.msg, e.name)
+}
+
+// errStd is a serverError of code 1001 (STD_EXCEPTION).
+func errStd(format string, args ...any) error {
+	return &serverError{code: 1001, name: "STD_EXCEPTION", msg: fmt.Sprintf(format, args...)}
 }
 
 // server is the HTTP interface.
@@ -286,7 +303,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	if !s.authorized(req) {
-		s.fail(w, errors.New("Code: 516. DB::Exception: "+s.user+": Authentication failed: password is incorrect, or there is no user with such name. (AUTHENTICATION_FAILED)"))
+		s.fail(w, &serverError{code: 516, name: "AUTHENTICATION_FAILED", msg: s.user + ": Authentication failed: password is incorrect, or there is no user with such name"})
 		return
 	}
 	r, err := s.parse(req)
@@ -301,7 +318,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	if r.format == "Native" && r.protocol > 0 && len(out) > 0 {
 		if out, err = nativeForProtocol(out, r.protocol); err != nil {
-			s.fail(w, fmt.Errorf("Code: 1001. DB::Exception: chdb-server: re-encode Native output: %v. (STD_EXCEPTION)", err))
+			s.fail(w, errStd("re-encode Native output: %v", err))
 			return
 		}
 	}
@@ -331,12 +348,12 @@ func (s *server) parse(req *http.Request) (*request, error) {
 	params := req.URL.Query()
 	for k := range params {
 		if known, listed := nonSettings[k]; listed && !known || strings.HasPrefix(k, "param_") {
-			return nil, fmt.Errorf("Code: 1001. DB::Exception: chdb-server: the parameter %s is not supported by this test server. (STD_EXCEPTION)", k)
+			return nil, errStd("the parameter %s is not supported by this test server", k)
 		}
 	}
 	body, err := readBody(req, params.Get("decompress") == "1")
 	if err != nil {
-		return nil, fmt.Errorf("Code: 1001. DB::Exception: chdb-server: read the request body: %v. (STD_EXCEPTION)", err)
+		return nil, errStd("read the request body: %v", err)
 	}
 	r := &request{database: params.Get("database"), format: params.Get("default_format")}
 	if r.format == "" {
@@ -344,7 +361,7 @@ func (s *server) parse(req *http.Request) (*request, error) {
 	}
 	if v := params.Get("client_protocol_version"); v != "" {
 		if r.protocol, err = strconv.ParseUint(v, 10, 64); err != nil {
-			return nil, fmt.Errorf("Code: 27. DB::Exception: chdb-server: client_protocol_version %q. (CANNOT_PARSE_INPUT_ASSERTION_FAILED)", v)
+			return nil, &serverError{code: 27, name: "CANNOT_PARSE_INPUT_ASSERTION_FAILED", msg: "client_protocol_version " + strconv.Quote(v)}
 		}
 	}
 	switch q := params.Get("query"); {
@@ -356,7 +373,7 @@ func (s *server) parse(req *http.Request) (*request, error) {
 		r.query = string(body)
 	}
 	if strings.TrimSpace(r.query) == "" {
-		return nil, errors.New("Code: 62. DB::Exception: Empty query. (SYNTAX_ERROR)")
+		return nil, &serverError{code: 62, name: "SYNTAX_ERROR", msg: "empty query"}
 	}
 	for k, vs := range params {
 		if _, listed := nonSettings[k]; !listed {
