@@ -262,33 +262,57 @@ func (ti *tableInfo) lacks(cols []Column) []Column {
 func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 	s.run.Lock()
 	defer s.run.Unlock()
-	cluster := s.db.cluster
-	if cluster != "" && t.ShardingKey == "" {
+	if s.db.cluster != "" && t.ShardingKey == "" {
 		return nil, fmt.Errorf("ClickHouse table %s: no sharding key for the Distributed table", t.Name)
 	}
-	nodes, err := s.topology(ctx)
+	states, waiting, err := s.complete(ctx, t)
 	if err != nil {
 		return nil, err
+	}
+	st, waiting := s.stateOf(t, states, waiting)
+	waitingText := strings.Join(dedupe(waiting), "; ")
+	logWaiting := s.record(t, st.IncompleteNodes, waitingText)
+	if err := s.entryColumns(ctx, t, st, waitingText); err != nil {
+		var se *SchemaError
+		if errors.As(err, &se) {
+			return st, err
+		}
+		return nil, err
+	}
+	if !st.Complete && logWaiting {
+		s.log.Warn("ClickHouse table incomplete on the cluster; writing, and completing it when possible",
+			"table", s.db.Table(t.Name), "cluster", s.db.cluster, "incomplete_nodes", st.IncompleteNodes, "waiting", waitingText)
+	}
+	return st, nil
+}
+
+// complete surveys every node and creates and alters what t lacks there;
+// it returns the nodes as they are afterwards and what must wait.
+func (s *Schema) complete(ctx context.Context, t *Table) ([]*nodeState, []string, error) {
+	cluster := s.db.cluster
+	nodes, err := s.topology(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	states := s.survey(ctx, nodes, t)
 	for _, n := range states {
 		if n.dist != nil && n.dist.engine != "Distributed" {
 			// Writing there would bypass the cluster: the operator renames
 			// it (README: migration) and Ensure creates the Distributed table.
-			return nil, fmt.Errorf("ClickHouse table %s on %s is a %s table, not the Distributed table of cluster %s: rename it (its rows can be copied into the new tables with INSERT … SELECT)",
+			return nil, nil, fmt.Errorf("ClickHouse table %s on %s is a %s table, not the Distributed table of cluster %s: rename it (its rows can be copied into the new tables with INSERT … SELECT)",
 				s.db.Table(t.Name), n.addr, n.dist.engine, cluster)
 		}
 	}
 	preexisting := anyLocal(states)
 	if cluster != "" && allReachable(states) && !preexisting {
 		if err := s.createOnCluster(ctx, t); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		states = s.survey(ctx, nodes, t)
 	}
 	changed, waiting, err := s.createMissing(ctx, t, states)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	steps := []func([]*nodeState) (bool, []string){
 		func(states []*nodeState) (bool, []string) { return s.addLocalColumns(ctx, t, states) },
@@ -310,7 +334,12 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 	if changed {
 		states = s.survey(ctx, nodes, t)
 	}
+	return states, waiting, nil
+}
 
+// stateOf sums up the nodes' states: the nodes where t is incomplete, the
+// sorting key, and waiting with the nodes out of reach added.
+func (s *Schema) stateOf(t *Table, states []*nodeState, waiting []string) (*TableState, []string) {
 	st := &TableState{Complete: len(waiting) == 0}
 	for _, n := range states {
 		if st.SortingKey == "" && n.local != nil {
@@ -321,7 +350,7 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 			waiting = append(waiting, fmt.Sprintf("node %s (shard %d) is out of reach: %v", n.addr, n.shard, n.err))
 			continue
 		}
-		if n.local == nil || len(n.local.lacks(t.Columns)) > 0 || (cluster != "" && (n.dist == nil || len(n.dist.lacks(t.Columns)) > 0)) {
+		if n.local == nil || len(n.local.lacks(t.Columns)) > 0 || (s.db.cluster != "" && (n.dist == nil || len(n.dist.lacks(t.Columns)) > 0)) {
 			st.IncompleteNodes++
 		}
 	}
@@ -332,18 +361,23 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 		// replica to apply an ALTER): count the shard's nodes as one.
 		st.IncompleteNodes = 1
 	}
-	waitingText := strings.Join(dedupe(waiting), "; ")
-	logWaiting := s.record(t, st.IncompleteNodes, waitingText)
+	return st, waiting
+}
+
+// entryColumns reads the columns of the table writers insert into (on the
+// DSN's server) into st, and returns a *SchemaError when it lacks some of
+// t's.
+func (s *Schema) entryColumns(ctx context.Context, t *Table, st *TableState, waiting string) error {
 	entry, err := s.conn(ctx, node{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cols, err := tableColumns(ctx, entry, t.Name)
 	if err != nil {
 		if ErrorCode(err) == 0 {
 			s.dropConn(node{}, entry, err)
 		}
-		return nil, err
+		return err
 	}
 	st.Columns = cols
 	var missing []string
@@ -352,21 +386,17 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 			missing = append(missing, c.Name)
 		}
 	}
-	if len(cols) == 0 || len(missing) > 0 {
-		reason := "table missing"
-		if len(cols) > 0 {
-			reason = "columns " + strings.Join(missing, ", ") + " missing"
-		}
-		if len(waiting) > 0 {
-			reason += " (" + strings.Join(dedupe(waiting), "; ") + ")"
-		}
-		return st, &SchemaError{Table: s.db.Table(t.Name), Reason: reason}
+	if len(cols) > 0 && len(missing) == 0 {
+		return nil
 	}
-	if !st.Complete && logWaiting {
-		s.log.Warn("ClickHouse table incomplete on the cluster; writing, and completing it when possible",
-			"table", s.db.Table(t.Name), "cluster", cluster, "incomplete_nodes", st.IncompleteNodes, "waiting", waitingText)
+	reason := "table missing"
+	if len(cols) > 0 {
+		reason = "columns " + strings.Join(missing, ", ") + " missing"
 	}
-	return st, nil
+	if waiting != "" {
+		reason += " (" + waiting + ")"
+	}
+	return &SchemaError{Table: s.db.Table(t.Name), Reason: reason}
 }
 
 // record keeps what Ensure found for t and reports whether waiting is news
