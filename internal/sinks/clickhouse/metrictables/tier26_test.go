@@ -221,3 +221,50 @@ func TestStatementsOn26(t *testing.T) {
 		t.Errorf("logged: %s", m)
 	}
 }
+
+// TestClickHouseKilledMidRun26: ClickHouse 26.x killed with SIGKILL while
+// the sink writes and polls go on, then started again: every bucket is
+// exact under FINAL, and no row is stored twice (a revision is another row,
+// with another version; a retried INSERT the server had stored before it
+// died would be the same row again). Merges are stopped so that they
+// cannot collapse a copy before the count.
+func TestClickHouseKilledMidRun26(t *testing.T) {
+	srv := testenv.ChDB(t)
+	w := newWorldAt(t, srv.DSN, 25)
+	reg := prometheus.NewRegistry()
+	sink := w.newSink(reg)
+	r := w.startScheduler(sink)
+	w.cycle(r)
+	flush(t, sink)
+	stopMerges := func() {
+		for _, ds := range w.datasets() {
+			srv.Exec(t, "SYSTEM STOP MERGES `"+w.db+"`.`"+ds.Name+"`")
+		}
+	}
+	stopMerges()
+	for _, delay := range []time.Duration{0, 20 * time.Millisecond, 80 * time.Millisecond} {
+		go func() {
+			time.Sleep(delay)
+			srv.Kill()
+		}()
+		w.cycle(r) // the sink writes while the server dies
+		time.Sleep(300 * time.Millisecond)
+		srv.Start()
+		stopMerges()
+		flush(t, sink)
+	}
+	w.compare(srv.Conn(t), t0.Add(-30*time.Minute), metricsapi.FiveMinutes.Truncate(w.clock.Now()))
+	var stored uint64
+	for _, ds := range w.datasets() {
+		table := "`" + w.db + "`.`" + ds.Name + "`"
+		stored += srv.QueryUint64(t, "SELECT count() FROM "+table)
+		if dup := srv.QueryUint64(t, "SELECT toUInt64(count() - uniqExact(*)) FROM "+table); dup != 0 {
+			t.Errorf("%s: %d rows stored twice", ds.Name, dup)
+		}
+	}
+	if d := testutilSum(t, reg, "edgepipe_clickhouse_dropped_rows_total"); d != 0 {
+		t.Errorf("%v rows dropped", d)
+	}
+	t.Logf("%d rows stored, %v counted as written, %v insert errors", stored,
+		testutilSum(t, reg, "edgepipe_clickhouse_rows_written_total"), testutilSum(t, reg, "edgepipe_clickhouse_insert_errors_total"))
+}
