@@ -12,8 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgepipe/edgepipe/internal/accesslog"
+	"github.com/edgepipe/edgepipe/internal/backfill"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
@@ -121,8 +124,10 @@ var replicatedEngine = regexp.MustCompile(`Replicated(\w+MergeTree)\('[^']*', '\
 //     retention, with materialize_ttl_after_modify = 0: no mutation
 //     rewrites the table) and ALTER … MODIFY SETTING (a table made
 //     before the deduplication window);
-//   - cluster form: every statement of CreateStatements with
-//     --clickhouse.cluster parsed by 26.x as written (EXPLAIN AST); the
+//   - cluster form, of every table of both programs (the datasets,
+//     access_logs, the backfill's progress table): every statement of
+//     CreateStatements with --clickhouse.cluster parsed by 26.x as written
+//     (EXPLAIN AST); the
 //     local table run on the plain engine (chDB cannot replicate: no
 //     ZooKeeper, and ON CLUSTER needs one), the Distributed table run as
 //     written without ON CLUSTER over testenv.ChDBCluster.
@@ -196,24 +201,32 @@ func TestStatementsOn26(t *testing.T) {
 		t.Errorf("a table made before the deduplication window did not get it:\n%s", create)
 	}
 
-	// Cluster forms.
+	// Cluster forms, of every table of both programs.
 	clusterDB := w.db + "_cluster"
+	var specs []*clickhouse.Table
 	for _, ds := range w.datasets() {
-		spec := metrictables.TableSpec(ds.Name, metrictables.MetricsColumns(&ds, nil, nil), v, retention)
+		specs = append(specs, metrictables.TableSpec(ds.Name, metrictables.MetricsColumns(&ds, nil, nil), v, retention))
+	}
+	accessLogs, err := logtable.TableSpec(v, accesslog.Fields(), nil, retention)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs = append(specs, accessLogs, backfill.ProgressTableSpec())
+	for _, spec := range specs {
 		for i, stmt := range clickhouse.CreateStatements(clusterDB, testenv.ChDBCluster, v, spec) {
 			srv.Exec(t, "EXPLAIN AST "+stmt)
 			plain := strings.Replace(stmt, " ON CLUSTER `"+testenv.ChDBCluster+"`", "", 1)
 			if i == 1 {
 				if !replicatedEngine.MatchString(plain) {
-					t.Fatalf("%s: no Replicated engine in the cluster form:\n%s", ds.Name, plain)
+					t.Fatalf("%s: no Replicated engine in the cluster form:\n%s", spec.Name, plain)
 				}
 				plain = replicatedEngine.ReplaceAllString(plain, "$1(")
 			}
 			srv.Exec(t, plain)
 		}
 	}
-	if n := srv.QueryUint64(t, "SELECT count() FROM system.tables WHERE database = '"+clusterDB+"' AND engine = 'Distributed'"); n != uint64(len(w.datasets())) {
-		t.Errorf("%d Distributed tables, want %d", n, len(w.datasets()))
+	if n := srv.QueryUint64(t, "SELECT count() FROM system.tables WHERE database = '"+clusterDB+"' AND engine = 'Distributed'"); n != uint64(len(specs)) {
+		t.Errorf("%d Distributed tables, want %d", n, len(specs))
 	}
 	logged.mu.Lock()
 	defer logged.mu.Unlock()
