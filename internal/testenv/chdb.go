@@ -73,8 +73,9 @@ type ChDBServer struct {
 	proc       *process
 }
 
-// ChDB starts a chdb-server for the test (building cmd/chdb-server with
-// GoBuild, so the package runs its tests through Main) and kills it on
+// ChDB starts a chdb-server for the test (building cmd/chdb-server as
+// GoBuild does, also with EDGEPIPE_TEST_BIN_DIR set, so the package runs
+// its tests through Main) and kills it on
 // cleanup. Without libchdb.so the test is skipped, or fails when CI=true.
 func ChDB(t testing.TB) *ChDBServer {
 	t.Helper()
@@ -85,7 +86,7 @@ func ChDB(t testing.TB) *ChDBServer {
 	if err != nil {
 		missing(t, "libchdb.so (ClickHouse 26.x as a library) not found: run `make deps` to install it from npm (%s), or set %s: %v", ChDBPackage, LibChDBEnv, err)
 	}
-	s := &ChDBServer{t: t, bin: GoBuild(t, chdbServerPkg), lib: lib, dir: t.TempDir(), serverName: "localhost"}
+	s := &ChDBServer{t: t, bin: buildOnce(t, chdbServerPkg), lib: lib, dir: t.TempDir(), serverName: "localhost"}
 	if err := s.writeTLS(); err != nil {
 		t.Fatalf("testenv: chdb-server TLS: %v", err)
 	}
