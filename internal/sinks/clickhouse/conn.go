@@ -1,6 +1,7 @@
 // Package clickhouse is what both programs' ClickHouse sinks share: a
-// connection over the native protocol that knows the server's version
-// (conn.go), the classification of server errors (errors.go), and the schema
+// connection over the native protocol or the HTTP interface that knows the
+// server's version (conn.go, http.go), the classification of server errors
+// (errors.go), the self-metric of the schema (metrics.go), and the schema
 // manager that creates and repairs tables on a single server or on every
 // node of a cluster (table.go, schema.go). The tables themselves live in one
 // package per program: metrictables (the exporter's table per metrics
@@ -25,13 +26,18 @@
 //
 //	db, err := clickhouse.Open(ctx, dsn, clickhouse.WithCluster("prod")) // or no cluster
 //	schema := clickhouse.NewSchema(db, log)
+//	schema.StartRecheck(clickhouse.RecheckInterval) // completes incomplete tables; schema.Close stops it
 //	state, err := schema.Ensure(ctx, &clickhouse.Table{Name: "t", Columns: …, Engine: "ReplacingMergeTree", …})
-//	// insert into "t"; on an error of ClassSchema call Ensure again, then retry
+//	// insert into "t" (clickhouse.WithDeduplicationToken(ctx, <the rows' identity>));
+//	// on an error of ClassSchema call Ensure again, then retry
 //
-// Open parses a DSN of the form `clickhouse://user:password@host:9000/db?dial_timeout=5s`
+// Open parses a DSN of the form `clickhouse://user:password@host:9000/db?dial_timeout=5s`,
+// `http://host:8123/db` or `https://host:8443/db?secure=true`
 // (clickhouse-go's ParseDSN: secure, skip_verify, compress, … work; the
-// password may also come from WithPassword, so it need not sit in a flag),
-// creates the database if it is missing and reads `SELECT version()`.
+// password may also come from WithPassword, so it need not sit in a flag;
+// WithTLS adds a CA file and a server name), creates the database if it is
+// missing and reads `SELECT version()`. An INSERT in a context from
+// WithDeduplicationToken carries its token.
 package clickhouse
 
 import (
@@ -252,7 +258,7 @@ type DB struct {
 // on a cluster Schema creates it on the other nodes) and detects the server
 // version. It fails when the server cannot be reached (callers that must
 // survive an outage retry Open), and with an *UnsupportedServerError when
-// the server answers but cannot serve this protocol (HTTP before 19.x).
+// the server answers but cannot serve this protocol (HTTP before 23.3).
 func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	cfg := openConfig{log: slog.Default(), dialTimeout: 5 * time.Second}
 	for _, o := range opts {
