@@ -38,7 +38,7 @@ func TestTokenEndpoint(t *testing.T) {
 		{"space separated", form(demo, secret, "client_credentials", "app.metrics app.accounts"), 200, "", "app.metrics app.accounts"},
 		{"plus separated", form(demo, secret, "client_credentials", "app.metrics+app.rtld"), 200, "", "app.metrics app.rtld"},
 		{"narrower than granted", form(demo, secret, "client_credentials", "app.metrics:read"), 200, "", "app.metrics:read"},
-		{"no scope grants all", form(demo, secret, "client_credentials", ""), 200, "", "app.metrics app.accounts app.rtld app.config"},
+		{"no scope grants all", form(demo, secret, "client_credentials", ""), 200, "", "app.metrics app.accounts app.rtld"},
 		{"broad grant covers", form("broad", "broad-secret", "client_credentials", "app.metrics app.accounts"), 200, "", "app.metrics app.accounts"},
 		{"scope not granted", form(demo, secret, "client_credentials", "app.metrics app.waf"), 401, "scope", ""},
 		{"broader than granted", form("metrics-only", "m-secret", "client_credentials", "app"), 401, "scope", ""},
