@@ -103,7 +103,7 @@ func TestRefusedValues(t *testing.T) {
 func TestServing(t *testing.T) {
 	const clientID, secret = "cli-test", "file-secret-7d1f0c"
 	sim, err := platformsim.New(platformsim.Config{Seed: 5, Environments: 25, Clients: []platformsim.Client{{
-		ID: clientID, Secret: secret, Scopes: []string{platformsim.ScopeMetrics, platformsim.ScopeAccounts},
+		ID: clientID, Secret: secret, Scopes: []string{platformsim.ScopeMetrics, platformsim.ScopeAccounts, platformsim.ScopeConfig},
 	}}})
 	if err != nil {
 		t.Fatal(err)
