@@ -7,9 +7,9 @@ import (
 )
 
 // RenameEnvironment renames an environment, as the "Update environment"
-// operation (spec 4.6, body `name`) does: its ID, property and traffic stay,
-// the accounts API lists it under the new name from then on, and its
-// certificates' hostnames follow the name.
+// operation (spec 4.6, body `name`) does: its ID, property, domain names,
+// traffic and certificates stay; the accounts API lists it under the new
+// name from then on.
 func (s *Server) RenameEnvironment(id, name string) (Environment, error) {
 	if !envNameRe.MatchString(name) {
 		return Environment{}, fmt.Errorf("platformsim: environment name %q may hold only lowercase letters, digits, dashes and underscores", name)

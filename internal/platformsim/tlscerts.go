@@ -29,7 +29,8 @@ import (
 // simulator started on another day keeps certificates that expire "in days"):
 //
 //   - an uploaded certificate (generated false) for the environment's
-//     hostname, expiring in 1 to 14 months;
+//     hostname (from its default domain name, so a rename keeps it),
+//     expiring in 1 to 14 months;
 //   - for about 60 % of environments a generated one (a 90-day certificate
 //     from a public authority) for www.<hostname>, expiring in 1 to 89 days;
 //   - for about 5 % a generated one whose activation failed (status
@@ -133,14 +134,16 @@ func (s *Server) AddTLSCertificates(environmentID string, n int) ([]TLSCertifica
 	return out, nil
 }
 
-// hostname is the environment's public hostname: <name>.<property slug>.example.com.
+// hostname is the environment's public hostname, from its default domain
+// name (<slug>-<name>.example-edge.link gives <slug>-<name>.example.com): a
+// certificate's names are fixed when it is issued, so renaming the
+// environment does not change them.
 func (s *Server) hostname(env Environment) string {
-	slug := "property"
-	w := s.w()
-	if i, ok := w.propByID[env.PropertyID]; ok {
-		slug = w.properties[i].Slug
+	first, _, _ := strings.Cut(env.DefaultDomainName, ".")
+	if first == "" {
+		first = env.ID
 	}
-	return strings.ReplaceAll(env.Name, "_", "-") + "." + slug + ".example.com"
+	return first + ".example.com"
 }
 
 // certificatesOf derives env's certificates and appends those added.
