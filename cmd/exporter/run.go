@@ -71,7 +71,7 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 		Default(promsink.DefaultSeriesTTL.String()).DurationVar(&f.seriesTTL)
 	cmd.Flag("prometheus.gauge-max-age", "Hide the gauges of a label set whose newest bucket is this much older than the dataset's newest (its counters stay).").
 		Default(promsink.DefaultGaugeMaxAge.String()).DurationVar(&f.gaugeMaxAge)
-	cmd.Flag("prometheus.max-series", "Most series /metrics holds (label sets × their dataset's metrics); beyond it new label sets are "+
+	cmd.Flag("prometheus.max-series", "Most dataset series /metrics holds (label sets × their dataset's metrics; the inventory's few series per environment come on top); beyond it new label sets are "+
 		"refused, counted in edgepipe_series_limit_dropped_total{dataset} and logged, while those held keep updating. 0: no limit.").
 		Default(strconv.Itoa(promsink.DefaultMaxSeries)).IntVar(&f.maxSeries)
 	cmd.Flag("shutdown-timeout", "How long shutdown may take to flush sinks.").Default("10s").DurationVar(&f.shutdownTimeout)
