@@ -159,7 +159,7 @@ func (te *testExporter) launch(addr string) {
 	rf := &runFlags{pollInterval: time.Minute, discoveryInterval: 5 * time.Minute, concurrency: 4,
 		seriesTTL: promsink.DefaultSeriesTTL, gaugeMaxAge: promsink.DefaultGaugeMaxAge, shutdownTimeout: 5 * time.Second, otlpQueue: 256,
 		inventoryInterval: inventory.DefaultInterval,
-		web: &cli.Web{Flags: &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &noSocket, WebConfigFile: &noConfig}}}
+		web:               &cli.Web{Flags: &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &noSocket, WebConfigFile: &noConfig}}}
 	if o.run != nil {
 		o.run(rf)
 	}

@@ -57,7 +57,9 @@ func TestTLSCertificateAlerts(t *testing.T) {
 		}
 		return map[string]any{"exp_labels": exp, "exp_annotations": ann}
 	}
-	twice := func(f func(p string) map[string]string) []map[string]string { return []map[string]string{f(pod), f(pod2)} }
+	twice := func(f func(p string) map[string]string) []map[string]string {
+		return []map[string]string{f(pod), f(pod2)}
+	}
 	var series []map[string]string
 	series = append(series, twice(func(p string) map[string]string { return info(p, "env-a", "alpha", "1x60") })...)
 	// env-b is renamed at 20m (one replica serves it).

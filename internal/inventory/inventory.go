@@ -125,7 +125,7 @@ func (c Config) withDefaults() Config {
 func (c Config) validate() error {
 	var errs []error
 	if c.Interval < 0 || c.RequestGap < 0 {
-		errs = append(errs, fmt.Errorf("Interval %s and RequestGap %s: must not be negative", c.Interval, c.RequestGap))
+		errs = append(errs, fmt.Errorf("interval %s and request gap %s: must not be negative", c.Interval, c.RequestGap))
 	}
 	if c.Clock == nil {
 		errs = append(errs, errors.New("no Clock"))
@@ -185,11 +185,11 @@ func (inv *Inventory) Run(ctx context.Context) error {
 		if inv.cfg.Certificates != nil {
 			inv.refreshCertificates(ctx, start, due, first)
 		}
-		if ctx.Err() != nil {
+		if !inv.wait(ctx, start) { // ctx ended during the pass
 			return nil
 		}
 		inv.publishEnvironments(inv.cfg.Clock.Now(), true)
-		if err := inv.cfg.Clock.Sleep(ctx, start.Add(inv.cfg.Interval).Sub(inv.cfg.Clock.Now())); err != nil {
+		if !inv.wait(ctx, start.Add(inv.cfg.Interval)) {
 			return nil
 		}
 	}

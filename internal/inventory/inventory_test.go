@@ -236,9 +236,10 @@ func TestPace(t *testing.T) {
 	if !first[0].at.Equal(t0) {
 		t.Errorf("first request at %s, want at once (%s)", first[0].at, t0)
 	}
-	want := []time.Duration{600, 600, 600, 600, 1800, 600, 600, 600, 600} // env-04: three pages
+	ms := time.Millisecond
+	want := []time.Duration{600 * ms, 600 * ms, 600 * ms, 600 * ms, 1800 * ms, 600 * ms, 600 * ms, 600 * ms, 600 * ms} // env-04: three pages
 	for i, g := range gaps(first) {
-		if g != want[i]*time.Millisecond {
+		if g != want[i] {
 			t.Fatalf("first pass gaps %v, want %v ms", gaps(first), want)
 		}
 	}

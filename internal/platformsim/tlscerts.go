@@ -2,6 +2,7 @@ package platformsim
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"slices"
@@ -198,7 +199,7 @@ func (s *Server) newCertificate(h hasher, envID, host string, generated bool, le
 		PrimaryCert:      pem("CERTIFICATE", host, serial[:]),
 		IntermediateCert: pem("CERTIFICATE", "Example Edge Intermediate CA", nil),
 		Status:           CertificateActive,
-		Serial:           strings.ToUpper(fmt.Sprintf("%x", serial[:])),
+		Serial:           strings.ToUpper(hex.EncodeToString(serial[:])),
 		CommonName:       host,
 		Expiration:       exp,
 		CreatedAt:        created,
