@@ -293,7 +293,12 @@ func (s *Sink) writePending() error {
 	defer cancel()
 	schema, err := s.cfg.Schemas.Schema(ctx)
 	if err != nil {
-		s.errors.WithLabelValues("", clickhouse.ClassConnection).Inc()
+		if snap.envs != nil {
+			s.errors.WithLabelValues(TableEnvironments, clickhouse.ErrorClass(err)).Inc()
+		}
+		if len(snap.certs) > 0 {
+			s.errors.WithLabelValues(TableTLSCertificates, clickhouse.ErrorClass(err)).Inc()
+		}
 		return err
 	}
 	var errs []error
