@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -60,18 +61,17 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 		if !ok {
 			e = Environment{ID: id, Name: id}
 		}
-		ch <- prometheus.MustNewConstMetric(d.envInfo, prometheus.GaugeValue, 1, id, e.Name, e.PropertyID, e.Property, e.OrganizationID)
+		ch <- constMetric(d.envInfo, 1, id, e.Name, e.PropertyID, e.Property, e.OrganizationID)
 		for _, cert := range c.byEnv[id] {
 			if !cert.Expiration.IsZero() {
-				ch <- prometheus.MustNewConstMetric(d.certExpiry, prometheus.GaugeValue, float64(cert.Expiration.Unix()), id, cert.ID, cert.CommonName)
+				ch <- constMetric(d.certExpiry, float64(cert.Expiration.Unix()), id, cert.ID, cert.CommonName)
 			}
-			ch <- prometheus.MustNewConstMetric(d.certInfo, prometheus.GaugeValue, 1,
-				id, cert.ID, cert.CommonName, cert.Serial, cert.Status, strconv.FormatBool(cert.Generated))
+			ch <- constMetric(d.certInfo, 1, id, cert.ID, cert.CommonName, cert.Serial, cert.Status, strconv.FormatBool(cert.Generated))
 			failed := 0.0
 			if cert.ActivationError != "" {
 				failed = 1
 			}
-			ch <- prometheus.MustNewConstMetric(d.certFailed, prometheus.GaugeValue, failed, id, cert.ID)
+			ch <- constMetric(d.certFailed, failed, id, cert.ID)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(d.up, prometheus.GaugeValue, boolValue(n.complete()), KindEnvironments)
@@ -82,6 +82,20 @@ func (inv *Inventory) Collect(ch chan<- prometheus.Metric) {
 	if !c.lastSuccess.IsZero() {
 		ch <- prometheus.MustNewConstMetric(d.lastSuccess, prometheus.GaugeValue, float64(c.lastSuccess.UnixNano())/1e9, KindTLSCertificates)
 	}
+}
+
+// constMetric is a gauge of desc with the platform's strings as label
+// values, made valid UTF-8 (a label value that is not would fail the
+// whole scrape).
+func constMetric(desc *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	for i, l := range labels {
+		labels[i] = strings.ToValidUTF8(l, "\uFFFD")
+	}
+	m, err := prometheus.NewConstMetric(desc, prometheus.GaugeValue, v, labels...)
+	if err != nil {
+		return prometheus.NewInvalidMetric(desc, err)
+	}
+	return m
 }
 
 func boolValue(b bool) float64 {

@@ -497,3 +497,34 @@ func (f *fakeAccounts) Property(_ context.Context, id string) (*platform.Propert
 	f.asked++
 	return &platform.Property{ID: id, Slug: "slug-" + id, OrganizationID: "org-9"}, nil
 }
+
+// TestCollectorInvalidUTF8: a name or common name that is not UTF-8 (the
+// platform's bytes) is exported with replacement characters; the scrape
+// still succeeds.
+func TestCollectorInvalidUTF8(t *testing.T) {
+	h := start(t, Config{Interval: time.Hour}, 1)
+	bad := cert("env-00", "a", 30)
+	bad.CommonName = "caf\xe9.example.com"
+	h.lister.set("env-00", []platform.TLSCertificate{bad}, nil)
+	h.inv.RecordDiscovery([]string{"env-00"}, []platform.Environment{{ID: "env-00", Name: "pr\xffod", PropertyID: "p"}}, nil)
+	h.until(time.Second, func() bool { return upOf(t, h.inv, KindTLSCertificates) == 1 })
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(h.inv)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "environment" || l.GetName() == "common_name" {
+					got = append(got, l.GetValue())
+				}
+			}
+		}
+	}
+	if !slices.Contains(got, "pr\uFFFDod") || !slices.Contains(got, "caf\uFFFD.example.com") {
+		t.Errorf("label values %q", got)
+	}
+}
