@@ -279,13 +279,15 @@ func TestPollOverrunningABoundary(t *testing.T) {
 
 // TestEveryBucketArrivesDespite429AndShortTokens answers 20% of API calls
 // with 429 and lets tokens live 5 s (of simulated time, so every cycle
-// finds its token expired): the counters still equal the simulator's sums,
-// and the inventory (names, certificates) the simulator's world.
+// finds its token expired): the counters still equal the simulator's sums.
+// The certificate inventory is off: its retries would stretch the cycles
+// in real time past the client's early token refresh, and no 401 would
+// come (TestInventoryDespite429 is its own test).
 func TestEveryBucketArrivesDespite429AndShortTokens(t *testing.T) {
 	te := startExporter(t, testOptions{sim: platformsim.Config{
 		Environments: 21, TokenLifetime: 5 * time.Second,
 		Faults: platformsim.Faults{Rate429: 0.2, RetryAfter: time.Second},
-	}})
+	}, run: func(f *runFlags) { f.inventoryInterval = 0 }})
 	envs := te.sim.EnvironmentIDs()
 	datasets := te.sim.DatasetNames()
 	for range 2 {
@@ -305,7 +307,5 @@ func TestEveryBucketArrivesDespite429AndShortTokens(t *testing.T) {
 	at := te.clock.Now()
 	_, got := te.scrape()
 	truth(t, te.sim, envs, datasets, te.firstFrom, metricsapi.FiveMinutes.Truncate(at), at).check(t, got)
-	checkInventory(t, got, inventoryTruth(t, te.sim))
-	t.Logf("%d answers 429, %d answers 401 (expired tokens); %d certificate lists answered 429", n429, n401,
-		st.Requests["GET /config/v0.1/tls-certs"][http.StatusTooManyRequests])
+	t.Logf("%d answers 429, %d answers 401 (expired tokens)", n429, n401)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -252,4 +253,26 @@ func TestInventoryTables(t *testing.T) {
 	if g, w := sortStrings(gotCerts), sortStrings(wantCerts); g != w {
 		t.Errorf("tls_certificates FINAL:\n%s\nwant\n%s", g, w)
 	}
+}
+
+// TestInventoryDespite429: with half the API's answers 429 (Retry-After),
+// passes of the certificate inventory retry as every request of the
+// platform client does, and the certificate series still equal the
+// simulator's certificates.
+func TestInventoryDespite429(t *testing.T) {
+	te := startExporter(t, testOptions{sim: platformsim.Config{Environments: 6,
+		Faults: platformsim.Faults{Rate429: 0.5, RetryAfter: time.Second}},
+		run: func(f *runFlags) { f.datasets = []string{"edge_errors"} }})
+	const route = "GET /config/v0.1/tls-certs"
+	for i := 0; te.sim.Stats().Requests[route][http.StatusTooManyRequests] == 0; i++ {
+		if i == 10 {
+			t.Fatal("no certificate list answered 429 in 10 passes")
+		}
+		te.advance(time.Hour)
+	}
+	te.advance(time.Hour) // one more pass, faults still on
+	_, got := te.scrape()
+	checkInventory(t, got, inventoryTruth(t, te.sim))
+	st := te.sim.Stats()
+	t.Logf("certificate lists: %d answered 429, %d 200", st.Requests[route][http.StatusTooManyRequests], st.Requests[route][http.StatusOK])
 }
