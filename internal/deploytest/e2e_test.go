@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"syscall"
@@ -360,7 +361,9 @@ func promLabelValues(api promv1.API, q string, v Values) ([]string, error) {
 	return out, nil
 }
 
-// sqlFirstColumn returns the first column of every row as a string.
+// sqlFirstColumn returns the first column of every row as a string: a
+// variable's values (the ClickHouse plugin takes a second column as the
+// text shown).
 func sqlFirstColumn(conn driver.Conn, sql string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -371,8 +374,13 @@ func sqlFirstColumn(conn driver.Conn, sql string) ([]string, error) {
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
+		vals := make([]any, len(rows.Columns()))
 		var s string
-		if err := rows.Scan(&s); err != nil {
+		vals[0] = &s
+		for i, ct := range rows.ColumnTypes()[1:] {
+			vals[i+1] = reflect.New(ct.ScanType()).Interface()
+		}
+		if err := rows.Scan(vals...); err != nil {
 			return nil, err
 		}
 		out = append(out, s)
