@@ -100,7 +100,7 @@ type flags struct {
 	retryAfter          time.Duration
 	gapGrace            time.Duration
 	simulate            bool
-	simRecordsPerSecond float64
+	simTrafficScale     float64
 	simEnvironments     int
 	web                 *cli.Web
 
@@ -176,7 +176,8 @@ func newCommandLine(stdout, stderr io.Writer) *flags {
 	app.Flag("dead-letter.max-bytes", "Size bound of the dead-letter store (<spool.dir>/dead-letter), all sinks together; rejected records that do not fit are dropped for that sink (the other sink still has them), counted in edgepipe_rtld_dead_letter_dropped_records_total and logged.").Default(units.Base2Bytes(deadletter.DefaultMaxBytes).String()).BytesVar(&f.deadLetterMaxBytes)
 	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default(receiver.DefaultGapGrace.String()).DurationVar(&f.gapGrace)
 	app.Flag("simulate", "Run against the built-in platform simulator: it serves the API in-process and delivers log batches to this receiver over TLS on loopback.").BoolVar(&f.simulate)
-	app.Flag("simulate.records-per-second", "With --simulate: records generated per second for each environment's profile.").Default("20").Float64Var(&f.simRecordsPerSecond)
+	app.Flag("simulate.traffic-scale", "With --simulate: multiplies the simulated traffic, the Metrics API's counts and the access logs alike (1: about 100 records/s for the first 3 environments).").
+		Default(strconv.FormatFloat(defaultSimTrafficScale, 'g', -1, 64)).Float64Var(&f.simTrafficScale)
 	app.Flag("simulate.environments", "With --simulate: how many of the simulator's environments to serve when no --environment-id is given (0: all).").Default("3").IntVar(&f.simEnvironments)
 	f.web = cli.AddWebFlags(app, ":9781")
 	app.Command(cmdRun, "Receive batches and deliver them (the default command).").Default()

@@ -3,7 +3,8 @@
 // (organizations, properties, environments), the config service's TLS
 // certificates (tlscerts.go), the metrics service (six
 // datasets with deterministic, realistic data, late data and request
-// validation) and the RTLD service with log delivery (rtld*.go, delivery*.go),
+// validation) and the RTLD service with log delivery (rtld*.go, delivery*.go;
+// the records are the requests the metrics count, log*.go),
 // with optional faults (429, 5xx, latency; values that are not numbers and
 // malformed rows in data answers; a clock ahead of or behind the client's),
 // and the rate limits of spec section 8. Every answer carries Date (spec
@@ -232,6 +233,12 @@ type Config struct {
 	// properties as evenly as possible, the first ones getting one more
 	// (default DefaultEnvironments: 9+8+8).
 	Environments int
+	// TrafficScale multiplies the traffic of every environment (default 1:
+	// about 1,100 edge requests per second in all for the default world).
+	// It scales the one traffic model that the Metrics API counts and the
+	// access logs record, so both stay consistent; below 1 it keeps the log
+	// volume of a demo deliverable on a laptop.
+	TrafficScale float64
 	// Clients the token endpoint accepts (default: DemoClient with every
 	// scope the simulator serves).
 	Clients []Client
@@ -288,6 +295,9 @@ const (
 	DefaultLateData      = 10 * time.Minute
 	DefaultProperties    = 3
 	DefaultEnvironments  = 25
+	DefaultTrafficScale  = 1.0
+	// MaxTrafficScale bounds Config.TrafficScale.
+	MaxTrafficScale = 1000.0
 )
 
 // withDefaults returns c with every unset field set to its default (and a
@@ -307,6 +317,9 @@ func (c Config) withDefaults() Config {
 	if c.Environments == 0 {
 		c.Environments = DefaultEnvironments
 	}
+	if c.TrafficScale == 0 {
+		c.TrafficScale = DefaultTrafficScale
+	}
 	if len(c.Clients) == 0 {
 		c.Clients = []Client{DemoClient()}
 	}
@@ -324,6 +337,9 @@ func (c Config) validate() error {
 	}
 	if c.Properties < 0 || c.Environments < 0 {
 		errs = append(errs, fmt.Errorf("%d properties and %d environments: must be positive", c.Properties, c.Environments))
+	}
+	if !(c.TrafficScale > 0 && c.TrafficScale <= MaxTrafficScale) {
+		errs = append(errs, fmt.Errorf("TrafficScale %v: want more than 0 and at most %v", c.TrafficScale, MaxTrafficScale))
 	}
 	for _, cl := range c.Clients {
 		if cl.ID == "" || cl.Secret == "" {
