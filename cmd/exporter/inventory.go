@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -16,12 +17,14 @@ import (
 // started by runExporter.
 func newInventory(h *host, f *runFlags, cl *apiClients, clock schedule.Clock, pub inventory.Publisher, reg prometheus.Registerer) (*inventory.Inventory, error) {
 	cfg := inventory.Config{
-		Interval:  f.inventoryInterval,
-		Accounts:  cl.Accounts,
-		Publisher: pub,
-		Prefix:    h.common.config.Prefix,
-		Clock:     clock,
-		Logger:    h.log.With("component", "inventory"),
+		Interval: f.inventoryInterval,
+		// Replicas list their shards at once, with one API client's budget.
+		RequestGap: inventory.DefaultRequestGap * time.Duration(max(1, h.common.shard.Count)),
+		Accounts:   cl.Accounts,
+		Publisher:  pub,
+		Prefix:     h.common.config.Prefix,
+		Clock:      clock,
+		Logger:     h.log.With("component", "inventory"),
 	}
 	if f.inventoryInterval > 0 {
 		cfg.Certificates = cl.Config

@@ -221,8 +221,8 @@ func gaps(cs []call) []time.Duration {
 }
 
 // TestPace: the first pass asks once every RequestGap, later passes spread
-// their requests over half the interval, an environment of three pages
-// counts three gaps, and passes start every Interval.
+// their requests over nine tenths of the interval, an environment of three
+// pages counts three gaps, and passes start every Interval.
 func TestPace(t *testing.T) {
 	h := start(t, Config{Interval: time.Hour}, 10)
 	var big []platform.TLSCertificate
@@ -244,19 +244,19 @@ func TestPace(t *testing.T) {
 		}
 	}
 	h.at(t0.Add(time.Hour))
-	h.until(time.Minute, func() bool { return h.lister.calledN() == 20 })
+	h.until(6*time.Second, func() bool { return h.lister.calledN() == 20 })
 	second := h.lister.since(10)
 	if !second[0].at.Equal(t0.Add(time.Hour)) {
 		t.Errorf("second pass began at %s, want %s", second[0].at, t0.Add(time.Hour))
 	}
-	// Half an hour over 10 environments: 3 minutes each, three for env-04.
+	// 54 minutes over 10 environments: 5.4 minutes each, three for env-04.
 	for i, g := range gaps(second) {
-		w := 3 * time.Minute
+		w := 324 * time.Second
 		if i == 4 {
-			w = 9 * time.Minute
+			w = 3 * 324 * time.Second
 		}
 		if g != w {
-			t.Fatalf("second pass gaps %v, want 3m (9m after the three pages of env-04)", gaps(second))
+			t.Fatalf("second pass gaps %v, want 5m24s (16m12s after the three pages of env-04)", gaps(second))
 		}
 	}
 	if m := upOf(t, h.inv, KindTLSCertificates); m != 1 {
