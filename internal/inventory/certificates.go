@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -172,12 +173,24 @@ func (inv *Inventory) certificatesRefused(err error) {
 	c.refused, c.lastPassOK = true, false
 	c.passes++
 	inv.mu.Unlock()
-	if !wasRefused {
+	switch {
+	case wasRefused:
+	case credentialsRefused(err):
+		// The whole exporter fails then, and says so elsewhere.
+		inv.log.Warn("TLS certificates are not exported: the platform refuses this API client's credentials", "err", err)
+	default:
 		inv.log.Warn("TLS certificates are not exported: the platform refuses this API client the config service (it needs scope "+
 			platform.ScopeConfig+"). Grant the scope to the API client, or set --inventory.interval=0 to stop asking; everything else is exported as before. "+
 			"edgepipe_inventory_up{kind=\"tls_certificates\"} is 0 meanwhile; the exporter asks again every --inventory.interval",
 			"err", err)
 	}
+}
+
+// credentialsRefused reports whether the token endpoint refused the client
+// itself (a wrong or deleted secret), not a scope.
+func credentialsRefused(err error) bool {
+	var e *platform.Error
+	return errors.As(err, &e) && (e.Code == "invalid_client" || e.Code == "unauthorized_client")
 }
 
 // certificatePassDone records the end of a pass that began at start.

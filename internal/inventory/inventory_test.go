@@ -299,6 +299,16 @@ cdn_environment_info{environment="name-env-02",environment_id="env-02",organizat
 	if !strings.Contains(h.log(), "lists TLS certificates again") {
 		t.Errorf("no recovery line:\n%s", h.log())
 	}
+
+	// A wrong secret is not blamed on the scope.
+	h2 := start(t, Config{Interval: time.Hour}, 1)
+	h2.lister.set("*", nil, &platform.Error{Status: 401, Code: "invalid_client", Description: "Unknown client or wrong client secret."})
+	h2.discover(envIDs(1))
+	h2.until(time.Minute, func() bool { return h2.lister.calledN() == 1 })
+	h2.until(time.Minute, func() bool { return strings.Contains(h2.log(), "not exported") })
+	if out := h2.log(); !strings.Contains(out, "refuses this API client's credentials") || strings.Contains(out, platform.ScopeConfig) {
+		t.Errorf("wrong secret logged as:\n%s", out)
+	}
 	if n := testutil.CollectAndCount(h.inv, "cdn_tls_certificate_expiry_timestamp_seconds"); n != 6 {
 		t.Errorf("%d expiry series after recovery, want 6", n)
 	}
