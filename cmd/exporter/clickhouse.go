@@ -15,6 +15,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 )
 
@@ -127,7 +128,8 @@ func (e *clickhouseExtension) register(_ *kingpin.Application, run *kingpin.CmdC
 
 // setup starts the sink: it connects in the background (an unreachable
 // ClickHouse does not stop the exporter; rows queue until it is back) and
-// serves as the scheduler's resume source.
+// serves as the scheduler's resume source. The inventory's tables go
+// through the same connection.
 func (e *clickhouseExtension) setup(ctx context.Context, h *host) (parts, error) {
 	if e.flags == nil || !e.flags.enabled() {
 		return parts{}, nil
@@ -139,13 +141,21 @@ func (e *clickhouseExtension) setup(ctx context.Context, h *host) (parts, error)
 	if err := sink.Preflight(ctx); err != nil {
 		return parts{}, err
 	}
+	tables, err := inventorytables.New(inventorytables.Config{Schemas: sink, Logger: h.log.With("component", "clickhouse-inventory"), Registerer: h.registerer})
+	if err != nil {
+		return parts{}, err
+	}
 	sink.Start()
+	tables.Start()
 	h.log.Info("ClickHouse sink enabled", "dsn", clickhouse.RedactDSN(e.flags.dsn),
 		"max_backfill", e.flags.maxBackfill.String(), "retention", e.flags.retention.String(), "cluster", e.flags.cluster, "insert_quorum", e.flags.insertQuorum)
 	return parts{
 		publishers: []schedule.NamedPublisher{{Name: "clickhouse", Publisher: sink}},
 		resume:     sink,
-		close:      sink.Close,
+		inventory:  tables,
+		// The inventory's tables first: they write through the sink's
+		// connection.
+		close: func(ctx context.Context) error { return errors.Join(tables.Close(ctx), sink.Close(ctx)) },
 	}, nil
 }
 
