@@ -116,6 +116,7 @@ type parsed struct {
 // scratch is a batch's parsed records, reused across batches.
 type scratch struct {
 	recs    []parsed
+	layout  layout
 	key     []byte
 	invalid [numFields]uint64
 }
@@ -190,6 +191,7 @@ func (m *Metrics) ObserveSpooled(b *accesslog.Batch) {
 	m.apply(b.EnvironmentID, s, now)
 	m.mu.Unlock()
 	clear(s.recs) // drop the references to the records
+	s.layout.reset()
 	s.recs, s.invalid = s.recs[:0], [numFields]uint64{}
 	m.scratch.Put(s)
 }
@@ -198,7 +200,7 @@ func (m *Metrics) ObserveSpooled(b *accesslog.Batch) {
 func (m *Metrics) parse(recs []json.RawMessage, s *scratch) {
 	for _, rec := range recs {
 		var raw rawFields
-		if !scanRecord(rec, m.want, &raw) {
+		if !scanRecord(rec, m.want, &raw, &s.layout) {
 			scanRecordSlow(rec, m.want, &raw)
 		}
 		var p parsed

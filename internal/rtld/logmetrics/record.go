@@ -2,8 +2,10 @@ package logmetrics
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"math"
+	"math/bits"
 	"strconv"
 	"unicode/utf8"
 
@@ -56,13 +58,28 @@ func (s fieldSet) has(f field) bool { return s&(1<<f) != 0 }
 // rawFields holds the raw JSON values of a record's fields (nil: absent).
 type rawFields [numFields][]byte
 
+// layout is the key order of the records of a batch, learnt from the ones
+// before: records of one profile list their fields in one order, so a key
+// is recognised by comparing it with the one expected at its position
+// instead of looking for its end. Its slices alias a record of the batch;
+// reset it before the next batch.
+type layout struct {
+	keys   [][]byte
+	fields []int8 // the field of each key, or -1
+}
+
+func (l *layout) reset() {
+	clear(l.keys)
+	l.keys, l.fields = l.keys[:0], l.fields[:0]
+}
+
 // scanRecord sets raw to the values of the fields of want in the record
 // object rec (valid JSON, as ingest checked). It walks compact, flat objects
-// (what the platform sends) hopping from quote to quote, and stops once it
-// has every field; it reports false, having set nothing reliable, for
-// anything else (a nested value, an escaped key, whitespace), which
-// scanRecordSlow then reads.
-func scanRecord(rec []byte, want fieldSet, raw *rawFields) bool {
+// (what the platform sends) hopping over keys it expects and from quote to
+// quote, and stops once it has every field; it reports false, having set
+// nothing reliable, for anything else (a nested value, an escaped key,
+// whitespace), which scanRecordSlow then reads.
+func scanRecord(rec []byte, want fieldSet, raw *rawFields, lay *layout) bool {
 	n := len(rec)
 	if n < 2 || rec[0] != '{' {
 		return false
@@ -71,12 +88,28 @@ func scanRecord(rec []byte, want fieldSet, raw *rawFields) bool {
 		return true
 	}
 	var found fieldSet
-	for i := 1; ; {
+	for i, j := 1, 0; ; j++ {
 		if i >= n || rec[i] != '"' {
 			return false
 		}
-		ke := keyEnd(rec, i+1)
-		if ke < 0 || ke+1 >= n || rec[ke+1] != ':' {
+		ke, f := -1, int8(-1)
+		if j < len(lay.keys) {
+			k := lay.keys[j]
+			if e := i + 1 + len(k); e < n && rec[e] == '"' && string(rec[i+1:e]) == string(k) {
+				ke, f = e, lay.fields[j]
+			}
+		}
+		if ke < 0 {
+			if ke = keyEnd(rec, i+1); ke < 0 {
+				return false
+			}
+			if ff, ok := fieldOf(rec[i+1 : ke]); ok {
+				f = int8(ff)
+			}
+			lay.keys = append(lay.keys[:j], rec[i+1:ke])
+			lay.fields = append(lay.fields[:j], f)
+		}
+		if ke+1 >= n || rec[ke+1] != ':' {
 			return false
 		}
 		vs := ke + 2
@@ -84,7 +117,7 @@ func scanRecord(rec []byte, want fieldSet, raw *rawFields) bool {
 		if ve < 0 || ve >= n {
 			return false
 		}
-		if f, ok := fieldOf(rec[i+1 : ke]); ok && want.has(f) && !found.has(f) {
+		if f >= 0 && want.has(field(f)) && !found.has(field(f)) {
 			raw[f] = rec[vs:ve]
 			if found |= 1 << f; found == want {
 				return true
@@ -104,15 +137,11 @@ func scanRecord(rec []byte, want fieldSet, raw *rawFields) bool {
 // keyEnd returns the index of the quote closing the key that starts at
 // rec[i], or -1 for a key with escapes.
 func keyEnd(rec []byte, i int) int {
-	for ; i < len(rec); i++ {
-		switch rec[i] {
-		case '"':
-			return i
-		case '\\':
-			return -1
-		}
+	q := nextQuote(rec, i)
+	if q < 0 || bytes.IndexByte(rec[i:q], '\\') >= 0 {
+		return -1
 	}
-	return -1
+	return q
 }
 
 // valueEnd returns the index after the string or scalar value starting at
@@ -124,11 +153,10 @@ func valueEnd(rec []byte, i int) int {
 	switch rec[i] {
 	case '"':
 		for j := i + 1; ; {
-			q := bytes.IndexByte(rec[j:], '"')
+			q := nextQuote(rec, j)
 			if q < 0 {
 				return -1
 			}
-			q += j
 			// The quote is escaped when an odd number of backslashes
 			// precede it.
 			k := q
@@ -143,12 +171,59 @@ func valueEnd(rec []byte, i int) int {
 	case '{', '[', ' ', '\t', '\n', '\r', ',', '}':
 		return -1
 	}
-	for j := i + 1; j < len(rec); j++ {
-		switch rec[j] {
-		case ',', '}':
-			return j
-		case ' ', '\t', '\n', '\r':
-			return -1
+	j := nextDelimiter(rec, i+1)
+	if j < 0 {
+		return -1
+	}
+	switch rec[j-1] {
+	case ' ', '\t', '\n', '\r':
+		return -1
+	}
+	return j
+}
+
+// Bytes of a 64-bit word, for finding a byte in eight at once.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// bytesEqual has the high bit of each byte of w that equals c set (and of
+// none before the first such byte).
+func bytesEqual(w uint64, c byte) uint64 {
+	x := w ^ (ones * uint64(c))
+	return (x - ones) &^ x & highs
+}
+
+// nextQuote returns the index of the first '"' in rec from i, or -1,
+// looking at eight bytes at a time (strings in records are short: a call of
+// bytes.IndexByte costs more than it saves).
+func nextQuote(rec []byte, i int) int {
+	for ; i+8 <= len(rec); i += 8 {
+		if m := bytesEqual(binary.LittleEndian.Uint64(rec[i:]), '"'); m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(rec); i++ {
+		if rec[i] == '"' {
+			return i
+		}
+	}
+	return -1
+}
+
+// nextDelimiter returns the index of the first ',' or '}' in rec from i,
+// or -1.
+func nextDelimiter(rec []byte, i int) int {
+	for ; i+8 <= len(rec); i += 8 {
+		w := binary.LittleEndian.Uint64(rec[i:])
+		if m := bytesEqual(w, ',') | bytesEqual(w, '}'); m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(rec); i++ {
+		if c := rec[i]; c == ',' || c == '}' {
+			return i
 		}
 	}
 	return -1
