@@ -88,7 +88,9 @@ type Config struct {
 	// edgepipe_rtld_log_metrics_dropped_records_total.
 	MaxSeries int
 	// SeriesTTL is how long a label set that receives no record stays
-	// exposed (default DefaultSeriesTTL).
+	// exposed (default DefaultSeriesTTL); it is checked at every
+	// TopNWindow. A label set that comes back starts from zero, which
+	// rate() and increase() take as a counter reset.
 	SeriesTTL time.Duration
 	// Buckets are the classic buckets of cdn_logs_total_time_seconds, in
 	// seconds (default 1 ms to 10 s). The native histogram is kept beside
