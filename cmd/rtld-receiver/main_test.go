@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/cli"
+	"github.com/edgepipe/edgepipe/internal/rtld/logmetrics"
+	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
 func TestParseFlagsDefaultsAndLists(t *testing.T) {
@@ -225,5 +228,47 @@ func TestCommands(t *testing.T) {
 	f, _ := parseFlags(nil)
 	if f.kafkaMaxMessageBytes != 1<<20 || f.deadLetterMaxBytes != 1<<30 {
 		t.Errorf("defaults: --kafka.max-message-bytes %d, --dead-letter.max-bytes %d", f.kafkaMaxMessageBytes, f.deadLetterMaxBytes)
+	}
+}
+
+func TestLogMetricsFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		off     bool
+		labels  string
+		maxS    int
+		wantErr []string
+	}{
+		{args: nil, labels: "[pop]", maxS: logmetrics.DefaultMaxSeries},
+		{args: []string{"--no-log-metrics.enabled"}, off: true},
+		{args: []string{"--log-metrics.labels="}, labels: "[]", maxS: logmetrics.DefaultMaxSeries},
+		{args: []string{"--log-metrics.labels=pop, host,client_country_code", "--log-metrics.max-series=0"}, labels: "[pop host client_country_code]"},
+		{args: []string{"--log-metrics.top-n=0", "--log-metrics.top-n-window=0s", "--log-metrics.max-series=-1", "--log-metrics.series-ttl=-1h"},
+			wantErr: []string{"--log-metrics.top-n must be at least 1", "--log-metrics.top-n-window must be positive", "--log-metrics.max-series must not be negative", "--log-metrics.series-ttl must be positive"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			f, err := parseFlags(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := f.logMetrics.config()
+			if tc.wantErr != nil {
+				testenv.CheckErr(t, err, tc.wantErr)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (c == nil) != tc.off {
+				t.Fatalf("config %+v, want off: %v", c, tc.off)
+			}
+			if c == nil {
+				return
+			}
+			if fmt.Sprint(c.Labels) != tc.labels || c.Labels == nil || c.MaxSeries != tc.maxS ||
+				c.TopN != logmetrics.DefaultTopN || c.TopNWindow != logmetrics.DefaultTopNWindow || c.SeriesTTL != logmetrics.DefaultSeriesTTL {
+				t.Errorf("config %+v, want labels %s, max series %d and the defaults", c, tc.labels, tc.maxS)
+			}
+		})
 	}
 }
