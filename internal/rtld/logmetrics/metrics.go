@@ -24,15 +24,6 @@ const (
 	DuplicatesName    = "edgepipe_rtld_log_metrics_duplicate_batches_total"
 )
 
-// Native histogram settings of cdn_logs_total_time_seconds: buckets at most
-// 9% wide (schema 3) while the histogram holds at most 160 of them; beyond,
-// the buckets are widened, never reset (a reset would restart the classic
-// buckets and the count too).
-const (
-	nativeBucketFactor = 1.1
-	nativeMaxBuckets   = 160
-)
-
 // budgetLogInterval is how often refused label sets are logged again while
 // refusals go on.
 const budgetLogInterval = 10 * time.Minute
@@ -41,11 +32,8 @@ const budgetLogInterval = 10 * time.Minute
 // accepted. Hand it to ingest as its rtld.SpoolObserver and register it as
 // a prometheus.Collector; it is safe for concurrent use.
 //
-// The two counters are built at scrape time from totals Metrics holds. The
-// histogram is client_golang's: it keeps the classic buckets and the native
-// histogram (exponential buckets, their count bounded by widening) of one
-// observation at once, which const metrics built at scrape time could only
-// do by copying that bucket arithmetic.
+// The metrics are built at scrape time from the totals Metrics holds (the
+// histogram's too: see histogram).
 type Metrics struct {
 	cfg       Config
 	want      fieldSet
@@ -54,8 +42,7 @@ type Metrics struct {
 	histCost  int     // series of one histogram label set
 	now       func() time.Time
 
-	requests, respBytes               *prometheus.Desc
-	hist                              *prometheus.HistogramVec
+	requests, respBytes, totalTime    *prometheus.Desc
 	seriesD, limitD, droppedD, invalD *prometheus.Desc
 	dupD                              *prometheus.Desc
 
@@ -95,7 +82,7 @@ type series struct {
 type histSeries struct {
 	key    string
 	labels []string // environment_id, optional labels
-	obs    prometheus.Observer
+	h      *histogram
 	refs   int
 }
 
@@ -147,15 +134,9 @@ func New(cfg Config) (*Metrics, error) {
 		counterLabels, nil)
 	m.respBytes = prometheus.NewDesc(ResponseBytesName,
 		"Sum of the bytes_out of the access-log records counted in cdn_logs_requests_total.", counterLabels, nil)
-	m.hist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:                            TotalTimeName,
-		Help:                            "total_time of the access-log records counted in cdn_logs_requests_total that carry one (seconds).",
-		Buckets:                         cfg.Buckets,
-		NativeHistogramBucketFactor:     nativeBucketFactor,
-		NativeHistogramMaxBucketNumber:  nativeMaxBuckets,
-		NativeHistogramMinResetDuration: 0,
-		NativeHistogramMaxExemplars:     -1,
-	}, append([]string{"environment_id"}, cfg.Labels...))
+	m.totalTime = prometheus.NewDesc(TotalTimeName,
+		"total_time of the access-log records counted in cdn_logs_requests_total that carry one (seconds); classic buckets and a native histogram.",
+		append([]string{"environment_id"}, cfg.Labels...), nil)
 	m.seriesD = prometheus.NewDesc(SeriesName,
 		"Series of the cdn_logs_* metrics held (2 per label set of the counters, buckets+3 per label set of the histogram), counted against --log-metrics.max-series.", nil, nil)
 	m.limitD = prometheus.NewDesc(SeriesLimitName, "The series budget of the cdn_logs_* metrics, --log-metrics.max-series (absent when unlimited).", nil, nil)
@@ -260,7 +241,7 @@ func (m *Metrics) apply(env string, s *scratch, now time.Time) {
 		se.bytes += p.bytesOut
 		se.seen = sec
 		if p.hasTime {
-			se.hist.obs.Observe(p.totalTime)
+			se.hist.h.observe(p.totalTime, m.cfg.Buckets)
 		}
 	}
 	for f, n := range s.invalid {
@@ -302,7 +283,7 @@ func (m *Metrics) newSeries(e *envState, key []byte, histLen int, p *parsed, now
 		for j := range m.optFields {
 			labels[1+j] = string(p.opt[j])
 		}
-		h = &histSeries{key: string(key[:histLen]), labels: labels, obs: m.hist.WithLabelValues(labels...)}
+		h = &histSeries{key: string(key[:histLen]), labels: labels, h: newHistogram(len(m.cfg.Buckets), now)}
 		e.hists[h.key] = h
 	}
 	h.refs++
@@ -358,7 +339,6 @@ func (m *Metrics) expire(e *envState, cutoff int64) {
 		m.held -= 2
 		h := se.hist
 		if h.refs--; h.refs == 0 {
-			m.hist.DeleteLabelValues(h.labels...)
 			delete(e.hists, h.key)
 			m.held -= m.histCost
 		}
@@ -367,10 +347,9 @@ func (m *Metrics) expire(e *envState, cutoff int64) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.requests, m.respBytes, m.seriesD, m.limitD, m.droppedD, m.invalD, m.dupD} {
+	for _, d := range []*prometheus.Desc{m.requests, m.respBytes, m.totalTime, m.seriesD, m.limitD, m.droppedD, m.invalD, m.dupD} {
 		ch <- d
 	}
-	m.hist.Describe(ch)
 }
 
 // sample is a label set's counters as read for a scrape.
@@ -391,10 +370,14 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		n += len(e.series)
 	}
 	samples := make([]sample, 0, n)
+	var hists []histogramSample
 	dropped := make(map[string]uint64, len(m.envs))
 	for id, e := range m.envs {
 		for _, se := range e.series {
 			samples = append(samples, sample{se.labels, se.requests, se.bytes})
+		}
+		for _, h := range e.hists {
+			hists = append(hists, h.h.sample(h.labels))
 		}
 		dropped[id] = e.dropped
 	}
@@ -405,7 +388,14 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.requests, prometheus.CounterValue, float64(s.requests), s.labels...)
 		ch <- prometheus.MustNewConstMetric(m.respBytes, prometheus.CounterValue, s.bytes, s.labels...)
 	}
-	m.hist.Collect(ch)
+	for _, h := range hists {
+		hm, err := h.metric(m.totalTime, m.cfg.Buckets)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(m.totalTime, err)
+			continue
+		}
+		ch <- hm
+	}
 	ch <- prometheus.MustNewConstMetric(m.seriesD, prometheus.GaugeValue, float64(held))
 	if m.cfg.MaxSeries > 0 {
 		ch <- prometheus.MustNewConstMetric(m.limitD, prometheus.GaugeValue, float64(m.cfg.MaxSeries))
