@@ -62,7 +62,7 @@ type Metrics struct {
 // envState is what Metrics holds for one environment.
 type envState struct {
 	id      string
-	series  map[string]*series     // by seriesKey
+	series  map[string]*series     // by key: optional labels, status class, cache_status
 	hists   map[string]*histSeries // by the optional labels' part of it
 	tops    []*topN                // per optional label; nil when not top-N
 	dropped uint64                 // records refused by the budget

@@ -91,7 +91,7 @@ func TestCountsRecords(t *testing.T) {
 		rec("200", `"TCP_HIT"`, `"FRA"`, "1000", "0.002"),
 		rec("200", `"TCP_HIT"`, `"FRA"`, "500", "0.004"),
 		rec("404", `"TCP_MISS"`, `"FRA"`, "100", "0.2"),
-		rec("", `"TCP_MISS"`, `"AMS"`, "", ""),          // no status, bytes or time
+		rec("", `"TCP_MISS"`, `"AMS"`, "", ""),           // no status, bytes or time
 		rec("799", `"TCP_MISS"`, `"AMS"`, `"n/a"`, "-1"), // invalid ones
 	))
 	m.ObserveSpooled(batch(t, "env2", "a", 0, rec("503", `"TCP_MISS"`, `"AMS"`, "10", "1.5")))

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,37 +95,17 @@ func TestLogMetricsThroughPrometheus(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cert := newTestCert(t)
-	sim, err := platformsim.New(platformsim.Config{
+	sim, apiURL := startSimulator(t, cert, platformsim.Config{
 		Seed: 19, Properties: 1, Environments: 3,
 		Delivery: platformsim.DeliveryConfig{
 			BatchSize: 40, AgentsPerEnvironment: 3, RetryInterval: 20 * time.Millisecond,
 			RequestTimeout: 10 * time.Second,
-			TLSConfig:      &tls.Config{RootCAs: cert.pool},
 			Faults:         platformsim.DeliveryFaults{DropAckPercent: 30},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	apiURL, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	envs := sim.EnvironmentIDs()
-	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
-	base := "https://" + addr
-	p := startReceiver(t,
-		[]string{
-			"--api.url=" + apiURL, "--auth.url=" + apiURL, "--environment-id=" + strings.Join(envs, ","),
-			"--public-url=" + base, "--web.listen-address=" + addr, "--web.config.file=" + cert.webConfig(t),
-			"--spool.dir=" + filepath.Join(t.TempDir(), "spool"),
-		},
-		[]string{
-			"EDGEPIPE_CLIENT_ID=" + platformsim.DemoClientID, "EDGEPIPE_CLIENT_SECRET=" + platformsim.DemoClientSecret,
-			"EDGEPIPE_RTLD_USERNAME=platform", "EDGEPIPE_RTLD_PASSWORD=correct horse",
-		},
-	)
+	p, base := startSimulatedReceiver(t, cert, apiURL, envs, "--spool.dir="+filepath.Join(t.TempDir(), "spool"))
+	addr := strings.TrimPrefix(base, "https://")
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cert.pool}}, Timeout: 30 * time.Second}
 	prom := testenv.PrometheusWith(t, testenv.PrometheusOptions{
 		Jobs:           []testenv.ScrapeJob{{Name: "rtld", Targets: []string{addr}, Scheme: "https"}},
@@ -135,11 +114,7 @@ func TestLogMetricsThroughPrometheus(t *testing.T) {
 
 	want := map[string]float64{}
 	for i, env := range envs {
-		var profile int64
-		waitFor(t, "the receiver to register its profile in "+env, 30*time.Second, func() bool {
-			profile, err = profileID(ctx, t, apiURL, env)
-			return err == nil
-		})
+		profile := waitProfile(ctx, t, apiURL, env)
 		n := 600 + 300*i
 		if err := sim.DeliverRecords(ctx, profile, n); err != nil {
 			t.Fatal(err)
