@@ -103,21 +103,27 @@ func BenchmarkObserveSpooled(b *testing.B) {
 func BenchmarkScanRecord(b *testing.B) {
 	rec := benchBatch(b, 1, 0).Records[0]
 	want := fieldSet(1<<numFields - 1)
-	b.Run("fast", func(b *testing.B) {
+	run := func(b *testing.B, scan func(*rawFields)) {
 		b.SetBytes(int64(len(rec)))
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		var raw rawFields
-		var lay layout
+		cpu, n := threadCPU(), 0
 		for b.Loop() {
-			if !scanRecord(rec, want, &raw, &lay) {
+			scan(&raw)
+			n++
+		}
+		b.ReportMetric(float64(threadCPU()-cpu)/float64(n), "thread-cpu-ns/record")
+	}
+	b.Run("fast", func(b *testing.B) {
+		var lay layout
+		run(b, func(raw *rawFields) {
+			if !scanRecord(rec, want, raw, &lay) {
 				b.Fatal("not scanned")
 			}
-		}
+		})
 	})
 	b.Run("generic", func(b *testing.B) {
-		b.SetBytes(int64(len(rec)))
-		var raw rawFields
-		for b.Loop() {
-			scanRecordSlow(rec, want, &raw)
-		}
+		run(b, func(raw *rawFields) { scanRecordSlow(rec, want, raw) })
 	})
 }

@@ -92,29 +92,39 @@ func scanRecord(rec []byte, want fieldSet, raw *rawFields, lay *layout) bool {
 		if i >= n || rec[i] != '"' {
 			return false
 		}
-		ke, f := -1, int8(-1)
-		if j < len(lay.keys) {
-			k := lay.keys[j]
-			if e := i + 1 + len(k); e < n && rec[e] == '"' && string(rec[i+1:e]) == string(k) {
-				ke, f = e, lay.fields[j]
-			}
-		}
+		ke, f := expectedKey(rec, i, j, lay)
 		if ke < 0 {
-			if ke = keyEnd(rec, i+1); ke < 0 {
+			if ke, f = learnKey(rec, i, j, lay); ke < 0 {
 				return false
 			}
-			if ff, ok := fieldOf(rec[i+1 : ke]); ok {
-				f = int8(ff)
-			}
-			lay.keys = append(lay.keys[:j], rec[i+1:ke])
-			lay.fields = append(lay.fields[:j], f)
-		}
-		if ke+1 >= n || rec[ke+1] != ':' {
-			return false
 		}
 		vs := ke + 2
-		ve := valueEnd(rec, vs)
-		if ve < 0 || ve >= n {
+		if vs >= n || rec[ke+1] != ':' {
+			return false
+		}
+		var ve int
+		if rec[vs] == '"' {
+			// A string (the common value): its end is the first quote
+			// not escaped, i.e. not after an odd run of backslashes.
+			q := vs + 1
+			for {
+				if q = nextQuote(rec, q); q < 0 {
+					return false
+				}
+				k := q
+				for rec[k-1] == '\\' { // stops at the opening quote
+					k--
+				}
+				if (q-k)%2 == 0 {
+					break
+				}
+				q++
+			}
+			ve = q + 1
+		} else if ve = scalarEnd(rec, vs); ve < 0 {
+			return false
+		}
+		if ve >= n {
 			return false
 		}
 		if f >= 0 && want.has(field(f)) && !found.has(field(f)) {
@@ -134,40 +144,42 @@ func scanRecord(rec []byte, want fieldSet, raw *rawFields, lay *layout) bool {
 	}
 }
 
-// keyEnd returns the index of the quote closing the key that starts at
-// rec[i], or -1 for a key with escapes.
-func keyEnd(rec []byte, i int) int {
-	q := nextQuote(rec, i)
-	if q < 0 || bytes.IndexByte(rec[i:q], '\\') >= 0 {
-		return -1
+// expectedKey returns the end (its closing quote) and field of the key at
+// rec[i] when it is the j-th key of the layout, else -1.
+func expectedKey(rec []byte, i, j int, lay *layout) (int, int8) {
+	if j >= len(lay.keys) {
+		return -1, -1
 	}
-	return q
+	k := lay.keys[j]
+	e := i + 1 + len(k)
+	if e >= len(rec) || rec[e] != '"' || string(rec[i+1:e]) != string(k) {
+		return -1, -1
+	}
+	return e, lay.fields[j]
 }
 
-// valueEnd returns the index after the string or scalar value starting at
-// rec[i], or -1 for an object, an array, whitespace or the end of rec.
-func valueEnd(rec []byte, i int) int {
-	if i >= len(rec) {
-		return -1
+// learnKey reads the key at rec[i], makes it the j-th of the layout (the
+// keys after it are learnt again) and returns its end and field; -1 for a
+// key with escapes.
+func learnKey(rec []byte, i, j int, lay *layout) (int, int8) {
+	q := nextQuote(rec, i+1)
+	if q < 0 || bytes.IndexByte(rec[i+1:q], '\\') >= 0 {
+		return -1, -1
 	}
+	f := int8(-1)
+	if ff, ok := fieldOf(rec[i+1 : q]); ok {
+		f = int8(ff)
+	}
+	lay.keys = append(lay.keys[:j], rec[i+1:q])
+	lay.fields = append(lay.fields[:j], f)
+	return q, f
+}
+
+// scalarEnd returns the index after the number, true, false or null
+// starting at rec[i], or -1 for an object, an array, whitespace or the end
+// of rec.
+func scalarEnd(rec []byte, i int) int {
 	switch rec[i] {
-	case '"':
-		for j := i + 1; ; {
-			q := nextQuote(rec, j)
-			if q < 0 {
-				return -1
-			}
-			// The quote is escaped when an odd number of backslashes
-			// precede it.
-			k := q
-			for k > j && rec[k-1] == '\\' {
-				k--
-			}
-			if (q-k)%2 == 0 {
-				return q + 1
-			}
-			j = q + 1
-		}
 	case '{', '[', ' ', '\t', '\n', '\r', ',', '}':
 		return -1
 	}
