@@ -13,14 +13,23 @@ import (
 
 // benchBatch returns a json batch of n records with every catalogue field
 // (about 2 KB each, the receiver benchmark's shape) holding realistic
-// values for the fields the metrics read: 40 POPs, 8 hosts, 60 countries.
-func benchBatch(tb testing.TB, n, seq int) *accesslog.Batch {
+// values for the fields the metrics read: 40 POPs, 6 cache statuses, 8
+// hosts, 60 countries; wide has 50 cache statuses, as the receiver
+// benchmark's records (2,000 label sets instead of 240 at the default
+// labels).
+func benchBatch(tb testing.TB, n, seq int, wide bool) *accesslog.Batch {
 	tb.Helper()
 	r := rand.New(rand.NewPCG(uint64(seq), 2))
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, `{"account_number":"ACME","agent_id":"agent-1","datestamp":"20261123","platform":"delivery","profile_id":1,"seq_num":%d,"logs":[`, seq)
 	statuses := []int{200, 200, 200, 200, 206, 301, 304, 404, 403, 500, 503}
 	caches := []string{"TCP_HIT", "TCP_MISS", "TCP_EXPIRED_HIT", "CONFIG_NOCACHE", "UNCACHEABLE", "TCP_PARTIAL_HIT"}
+	if wide {
+		caches = caches[:0]
+		for i := range 50 {
+			caches = append(caches, fmt.Sprintf("cache_status-%d", i))
+		}
+	}
 	for j := range n {
 		if j > 0 {
 			buf.WriteByte(',')
@@ -72,16 +81,19 @@ func benchBatch(tb testing.TB, n, seq int) *accesslog.Batch {
 // parsing the fields and counting them, for batches of 500 records of the
 // receiver benchmark's shape.
 func BenchmarkObserveSpooled(b *testing.B) {
-	for _, labels := range [][]string{{LabelPOP}, {}, {LabelPOP, LabelHost, LabelCountry}} {
-		b.Run(fmt.Sprintf("labels=%v", labels), func(b *testing.B) {
-			m, err := New(Config{Labels: labels})
+	for _, tc := range []struct {
+		labels []string
+		wide   bool
+	}{{[]string{LabelPOP}, false}, {[]string{LabelPOP}, true}, {[]string{}, false}, {[]string{LabelPOP, LabelHost, LabelCountry}, false}} {
+		b.Run(fmt.Sprintf("labels=%v/wide=%v", tc.labels, tc.wide), func(b *testing.B) {
+			m, err := New(Config{Labels: tc.labels, MaxSeries: DefaultMaxSeries})
 			if err != nil {
 				b.Fatal(err)
 			}
 			const n = 500
 			batches := make([]*accesslog.Batch, 64)
 			for i := range batches {
-				batches[i] = benchBatch(b, n, i)
+				batches[i] = benchBatch(b, n, i, tc.wide)
 			}
 			var seq int64
 			runtime.LockOSThread()
@@ -101,7 +113,7 @@ func BenchmarkObserveSpooled(b *testing.B) {
 
 // BenchmarkScanRecord compares the fast field scan with the generic one.
 func BenchmarkScanRecord(b *testing.B) {
-	rec := benchBatch(b, 1, 0).Records[0]
+	rec := benchBatch(b, 1, 0, false).Records[0]
 	want := fieldSet(1<<numFields - 1)
 	run := func(b *testing.B, scan func(*rawFields)) {
 		b.SetBytes(int64(len(rec)))
