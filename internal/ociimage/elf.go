@@ -2,8 +2,8 @@ package ociimage
 
 import (
 	"debug/elf"
-	"errors"
 	"fmt"
+	"os"
 )
 
 // goarch names the architectures the image can be built for, by ELF
@@ -23,15 +23,15 @@ var goarch = map[elf.Machine]map[elf.Data]string{
 // a program that needs one would fail only when started, in a user's
 // cluster.
 func staticArch(path string) (string, error) {
-	f, err := elf.Open(path)
+	file, err := os.Open(path)
 	if err != nil {
-		var format *elf.FormatError
-		if errors.As(err, &format) {
-			return "", fmt.Errorf("%s is not a Linux executable: %w", path, err)
-		}
 		return "", err
 	}
-	defer f.Close()
+	defer file.Close()
+	f, err := elf.NewFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s is not a Linux executable: %w", path, err)
+	}
 	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
 		return "", fmt.Errorf("%s is not an executable (ELF type %s)", path, f.Type)
 	}
