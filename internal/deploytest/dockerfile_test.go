@@ -184,7 +184,7 @@ var distrolessStaticNonroot = struct {
 		"/etc/nsswitch.conf":                 {mode: 0o644},
 		"/etc/ssl/certs/ca-certificates.crt": {mode: 0o644},
 		"/usr/share/zoneinfo":                {mode: fs.ModeDir | 0o755},
-		"/usr/share/zoneinfo/UTC":            {mode: 0o644},
+		"/usr/share/zoneinfo/Etc/UTC":        {mode: 0o644},
 		"/tmp":                               {mode: fs.ModeDir | fs.ModeSticky | 0o777},
 		"/root":                              {mode: fs.ModeDir | 0o700},
 		"/home/nonroot":                      {mode: fs.ModeDir | 0o700, uid: 65532, gid: 65532},

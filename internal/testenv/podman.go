@@ -71,10 +71,14 @@ func NewPodman(t testing.TB) *Podman {
 		t.Fatal(err)
 	}
 	p.dir = dir
-	confs := map[string]string{"containers.conf": containersConf, "storage.conf": storageConf,
-		"registries.conf": "unqualified-search-registries = []\n"}
-	for name, format := range confs {
-		if err := os.WriteFile(filepath.Join(dir, name), fmt.Appendf(nil, format, dir), 0o644); err != nil {
+	confs := map[string]string{
+		"containers.conf": fmt.Sprintf(containersConf, dir),
+		"storage.conf":    fmt.Sprintf(storageConf, dir),
+		// Short names resolve to nothing: nothing is ever pulled.
+		"registries.conf": "unqualified-search-registries = []\n",
+	}
+	for name, conf := range confs {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(conf), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -126,12 +130,12 @@ func (p *Podman) Try(args ...string) (string, error) {
 	return strings.TrimSuffix(out.String(), "\n"), nil
 }
 
-// Run is Try failing the test on an error.
-func (p *Podman) Run(args ...string) string {
-	p.t.Helper()
+// Run is Try failing t on an error.
+func (p *Podman) Run(t testing.TB, args ...string) string {
+	t.Helper()
 	out, err := p.Try(args...)
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return out
 }
@@ -174,17 +178,19 @@ func (p *Podman) StartContainer(t testing.TB, name string, runArgs []string, ima
 
 // Logs returns what the container wrote so far, stdout and stderr.
 func (c *Container) Logs() string {
-	out, err := c.p.Try("logs", c.Name)
+	cmd := exec.Command(c.p.bin, "logs", c.Name)
+	cmd.Env = append(os.Environ(), c.p.env...)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return err.Error()
+		return fmt.Sprintf("%s(podman logs: %v)", out, err)
 	}
-	return out
+	return string(out)
 }
 
 // Pid returns the host's process ID of the container's main process.
 func (c *Container) Pid() int {
 	c.t.Helper()
-	out := c.p.Run("inspect", "--format", "{{.State.Pid}}", c.Name)
+	out := c.p.Run(c.t, "inspect", "--format", "{{.State.Pid}}", c.Name)
 	pid, err := strconv.Atoi(out)
 	if err != nil || pid <= 0 {
 		c.t.Fatalf("container %s is not running (pid %q)", c.Name, out)
@@ -198,22 +204,15 @@ func (c *Container) Pid() int {
 func (c *Container) Stop(grace time.Duration) (exitCode int, took time.Duration) {
 	c.t.Helper()
 	start := time.Now()
-	c.p.Run("stop", "--time", strconv.Itoa(int(grace.Round(time.Second).Seconds())), c.Name)
+	c.p.Run(c.t, "stop", "--time", strconv.Itoa(int(grace.Round(time.Second).Seconds())), c.Name)
 	took = time.Since(start)
 	return c.ExitCode(), took
-}
-
-// Start starts the stopped container again, with the same configuration
-// and volumes.
-func (c *Container) Start() {
-	c.t.Helper()
-	c.p.Run("start", c.Name)
 }
 
 // ExitCode returns the exit code of the container's last run.
 func (c *Container) ExitCode() int {
 	c.t.Helper()
-	out := c.p.Run("inspect", "--format", "{{.State.ExitCode}}", c.Name)
+	out := c.p.Run(c.t, "inspect", "--format", "{{.State.ExitCode}}", c.Name)
 	code, err := strconv.Atoi(out)
 	if err != nil {
 		c.t.Fatalf("container %s: exit code %q", c.Name, out)
@@ -222,9 +221,9 @@ func (c *Container) ExitCode() int {
 }
 
 // VolumePath returns the host directory of the named volume.
-func (p *Podman) VolumePath(name string) string {
-	p.t.Helper()
-	return p.Run("volume", "inspect", "--format", "{{.Mountpoint}}", name)
+func (p *Podman) VolumePath(t testing.TB, name string) string {
+	t.Helper()
+	return p.Run(t, "volume", "inspect", "--format", "{{.Mountpoint}}", name)
 }
 
 // tail returns the last n bytes of s.
