@@ -366,6 +366,9 @@ func waitHTTP(t *testing.T, c *testenv.Container, url, want string) {
 			return
 		}
 		last = fmt.Sprintf("%d %v %.200s", status, err, body)
+		if !c.Running() {
+			t.Fatalf("container %s ended (exit code %d) before %s answered: %s", c.Name, c.ExitCode(), url, last)
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("%s in container %s: %s after a minute, want 200 with %q", url, c.Name, last, want)

@@ -187,6 +187,12 @@ func (c *Container) Logs() string {
 	return string(out)
 }
 
+// Running reports whether the container's main process runs.
+func (c *Container) Running() bool {
+	c.t.Helper()
+	return c.p.Run(c.t, "inspect", "--format", "{{.State.Running}}", c.Name) == "true"
+}
+
 // Pid returns the host's process ID of the container's main process.
 func (c *Container) Pid() int {
 	c.t.Helper()
