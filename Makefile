@@ -72,7 +72,7 @@ demo: ## run simulator, exporter and receiver on loopback (and Prometheus with t
 test: ## the whole suite, integration tests included (real services; see `make deps`)
 	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
 
-deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper (apt), helm and golangci-lint (go install), build the test OpenTelemetry Collector; only what is missing
+deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper podman runc (apt), helm and golangci-lint (go install), build the test OpenTelemetry Collector; only what is missing
 	@GO=$(GO) GOLANGCI_LINT_VERSION=$(GOLANGCI_LINT_VERSION) ./scripts/deps.sh
 
 bench: bench-scrape bench-scale bench-clickhouse bench-receiver ## the benchmarks whose results the README records
