@@ -145,10 +145,10 @@ func checkImageLayout(t *testing.T, img builtImage) {
 		want.config.Labels[k] = strings.ReplaceAll(v, "${REVISION}", img.revision)
 	}
 	var inspects []struct {
-		Config       v1.Config
-		Os           string
-		Architecture string
-		Size         int64
+		Config       v1.Config `json:"Config"`
+		Os           string    `json:"Os"`
+		Architecture string    `json:"Architecture"`
+		Size         int64     `json:"Size"`
 	}
 	if err := json.Unmarshal([]byte(img.pm.Run(t, "image", "inspect", img.ref)), &inspects); err != nil || len(inspects) != 1 {
 		t.Fatalf("podman image inspect: %v, %d images", err, len(inspects))

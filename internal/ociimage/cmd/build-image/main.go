@@ -10,6 +10,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -47,7 +48,7 @@ func run(args []string) error {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if *ref == "" {
-		return fmt.Errorf("-tag is required")
+		return errors.New("-tag is required")
 	}
 	var err error
 	if cfg.Created, err = parseTime(*created); err != nil {
