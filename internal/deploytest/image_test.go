@@ -56,26 +56,12 @@ func TestImage(t *testing.T) {
 	_, tag, _ := strings.Cut(img.ref, ":")
 	m := render(t, valuesFile(t, "image: {tag: \""+tag+"\"}"))
 	pods := map[string]podSpec{}
-	grace := map[string]time.Duration{}
 	for key, w := range m.workloads(t) {
 		spec := w.Spec.Template.Spec
-		if len(spec.Containers) != 1 {
-			t.Fatalf("%s: %d containers, want 1", key, len(spec.Containers))
+		if len(spec.Containers) != 1 || spec.TerminationGracePeriodSeconds == nil {
+			t.Fatalf("%s: %d containers, grace period %v; want 1 and one", key, len(spec.Containers), spec.TerminationGracePeriodSeconds)
 		}
-		name := spec.Containers[0].Name
-		pods[name] = spec
-		var raw struct {
-			Spec struct {
-				Template struct {
-					Spec struct {
-						TerminationGracePeriodSeconds int `yaml:"terminationGracePeriodSeconds"`
-					} `yaml:"spec"`
-				} `yaml:"template"`
-			} `yaml:"spec"`
-		}
-		kind, objName, _ := strings.Cut(key, "/")
-		m.get(t, kind, objName).decode(t, &raw)
-		grace[name] = time.Duration(raw.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second
+		pods[spec.Containers[0].Name] = spec
 	}
 	for _, name := range []string{"exporter", "receiver"} {
 		if c := pods[name].Containers; len(c) == 0 || c[0].Image != img.ref {
@@ -94,11 +80,11 @@ func TestImage(t *testing.T) {
 	})
 	t.Run("exporter", func(t *testing.T) {
 		t.Parallel()
-		runExporter(t, img, pods["exporter"], grace["exporter"])
+		runExporter(t, img, pods["exporter"])
 	})
 	t.Run("receiver", func(t *testing.T) {
 		t.Parallel()
-		runReceiver(t, img, pods["receiver"], grace["receiver"])
+		runReceiver(t, img, pods["receiver"])
 	})
 }
 
@@ -247,21 +233,24 @@ func checkCABundle(t *testing.T, bundle []byte) {
 // chartContainer is one program's container as the chart runs it,
 // translated to podman.
 type chartContainer struct {
-	runArgs []string // podman run's options
-	args    []string // the program's
-	addr    string   // 127.0.0.1:port, in place of the chart's listen address
-	probes  []string // the chart's probe paths
+	runArgs []string      // podman run's options
+	args    []string      // the program's
+	addr    string        // 127.0.0.1:port, in place of the chart's listen address
+	probes  []string      // the chart's probe paths
+	grace   time.Duration // the pod's terminationGracePeriodSeconds
 }
 
 // podmanContainer translates the chart's pod spec: the command becomes the
 // entrypoint, the listen address a free loopback port, the security
 // context podman's options (its user must be the image's, which runs
-// unchanged), the emptyDir volumes tmpfs mounts and the persistent volumes
-// named volumes. Anything else the chart added would need modelling here.
+// unchanged), the emptyDir volumes tmpfs mounts, the persistent volumes
+// named volumes, and the environment's values (not those from the downward
+// API, such as GOMEMLIMIT from the memory limit). Any other kind of volume
+// fails the test: it would need modelling here.
 func podmanContainer(t *testing.T, pod podSpec, volumePrefix string) chartContainer {
 	t.Helper()
 	c := pod.Containers[0]
-	cc := chartContainer{addr: testenv.FreeAddr(t)}
+	cc := chartContainer{addr: testenv.FreeAddr(t), grace: time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second}
 	entrypoint, err := json.Marshal(c.Command)
 	if err != nil {
 		t.Fatal(err)
@@ -308,12 +297,17 @@ func podmanContainer(t *testing.T, pod podSpec, volumePrefix string) chartContai
 // the chart's must be the same.
 func securityOptions(t *testing.T, pod, ctr securityContext) []string {
 	t.Helper()
-	user := ctr.RunAsUser
-	if user == nil {
-		user = pod.RunAsUser
+	id := func(c, p *int64) string {
+		if c == nil {
+			c = p
+		}
+		if c == nil {
+			return "unset"
+		}
+		return strconv.FormatInt(*c, 10)
 	}
-	if user == nil || strconv.FormatInt(*user, 10) != strings.Split(ociimage.User, ":")[0] {
-		t.Errorf("the chart's runAsUser %v is not the image's user %s", user, ociimage.User)
+	if u, g := id(ctr.RunAsUser, pod.RunAsUser), id(ctr.RunAsGroup, pod.RunAsGroup); u+":"+g != ociimage.User {
+		t.Errorf("the chart's runAsUser:runAsGroup %s:%s is not the image's user %s", u, g, ociimage.User)
 	}
 	var opts []string
 	if ctr.ReadOnlyRootFilesystem == nil || !*ctr.ReadOnlyRootFilesystem {
@@ -424,7 +418,7 @@ func scrape(t *testing.T, addr string) map[string]float64 {
 // runExporter runs the exporter as the chart does and checks it publishes
 // the simulated platform's cdn_ series, keeps its state on its volume, and
 // stops on SIGTERM within its shutdown timeout.
-func runExporter(t *testing.T, img builtImage, pod podSpec, grace time.Duration) {
+func runExporter(t *testing.T, img builtImage, pod podSpec) {
 	cc := podmanContainer(t, pod, "exporter-")
 	c := cc.start(t, img, "exporter", "edgepipe exporter")
 	var series int
@@ -446,7 +440,7 @@ func runExporter(t *testing.T, img builtImage, pod podSpec, grace time.Duration)
 	if v := scrape(t, cc.addr)["edgepipe_exporter_build_info"]; v != 1 {
 		t.Errorf("edgepipe_exporter_build_info %v, want 1", v)
 	}
-	stopWithin(t, c, grace, exporterShutdownTimeout, "exporter stopped")
+	stopWithin(t, c, cc.grace, exporterShutdownTimeout, "exporter stopped")
 	checkVolumeOwner(t, img, "exporter-state")
 }
 
@@ -455,7 +449,7 @@ func runExporter(t *testing.T, img builtImage, pod podSpec, grace time.Duration)
 // stops it; and starts a second receiver on the same spool volume that
 // takes no new batches (--no-register) and delivers the first one's to a
 // real ClickHouse.
-func runReceiver(t *testing.T, img builtImage, pod podSpec, grace time.Duration) {
+func runReceiver(t *testing.T, img builtImage, pod podSpec) {
 	cc := podmanContainer(t, pod, "receiver-")
 	down := "clickhouse://" + testenv.FreeAddr(t) + "/cdn"
 	first := cc.start(t, img, "receiver", "edgepipe rtld-receiver", "--clickhouse.dsn="+down)
@@ -472,7 +466,7 @@ func runReceiver(t *testing.T, img builtImage, pod podSpec, grace time.Duration)
 	if accepted == 0 || spooled == 0 {
 		t.Fatalf("receiver: %v records accepted, %v batches spooled within a minute", accepted, spooled)
 	}
-	stopWithin(t, first, grace, grace, "rtld receiver stopped")
+	stopWithin(t, first, cc.grace, cc.grace, "rtld receiver stopped")
 	checkVolumeOwner(t, img, "receiver-spool")
 
 	ch := testenv.ClickHouse(t)
@@ -495,7 +489,7 @@ func runReceiver(t *testing.T, img builtImage, pod podSpec, grace time.Duration)
 		t.Errorf("ClickHouse holds %d records, the restarted receiver delivered %v", n, delivered)
 	}
 	t.Logf("receiver: %v records accepted before the restart (at the last scrape), %v delivered from the spool after it", accepted, delivered)
-	stopWithin(t, second, grace, grace, "rtld receiver stopped")
+	stopWithin(t, second, cc.grace, cc.grace, "rtld receiver stopped")
 }
 
 // checkVolumeOwner checks what a program wrote on the named volume belongs
