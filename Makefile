@@ -54,8 +54,10 @@ build: ## build the binaries into ./bin (static, version-stamped)
 version: ## print the version `make build` stamps
 	@echo $(VERSION)
 
+# The image's architecture is the binaries' (e.g. GOARCH=arm64 make image);
+# build-image itself runs on this machine.
 image: build ## build the container image offline from ./bin into $(IMAGE_ARCHIVE), tagged $(IMAGE), and load it into podman if installed
-	$(GO) run ./internal/ociimage/cmd/build-image -bin $(BIN) -o $(IMAGE_ARCHIVE) -tag $(IMAGE) \
+	GOOS= GOARCH= $(GO) run ./internal/ociimage/cmd/build-image -bin $(BIN) -o $(IMAGE_ARCHIVE) -tag $(IMAGE) \
 		-version $(VERSION) -revision '$(REVISION)' -created $(BUILDDATE)
 	@if command -v $(PODMAN) >/dev/null 2>&1; then \
 		echo "$(PODMAN) load -i $(IMAGE_ARCHIVE)"; $(PODMAN) load -q -i $(IMAGE_ARCHIVE) || exit 1; \
