@@ -16,6 +16,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/backfill"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/testenv"
@@ -124,8 +125,11 @@ var replicatedEngine = regexp.MustCompile(`Replicated(\w+MergeTree)\('[^']*', '\
 //     retention, with materialize_ttl_after_modify = 0: no mutation
 //     rewrites the table) and ALTER … MODIFY SETTING (a table made
 //     before the deduplication window);
+//   - the inventory's tables, environments and tls_certificates, created
+//     and ensured again;
 //   - cluster form, of every table of both programs (the datasets,
-//     access_logs, the backfill's progress table): every statement of
+//     access_logs, the backfill's progress table, environments and
+//     tls_certificates): every statement of
 //     CreateStatements with --clickhouse.cluster parsed by 26.x as written
 //     (EXPLAIN AST); the
 //     local table run on the plain engine (chDB cannot replicate: no
@@ -188,6 +192,19 @@ func TestStatementsOn26(t *testing.T) {
 	if n := srv.QueryUint64(t, "SELECT count() FROM system.mutations WHERE database = '"+w.db+"'"); n != 0 {
 		t.Errorf("%d mutations after the retention changed: MODIFY TTL materialized the TTL (rewriting every part)", n)
 	}
+	// The inventory's tables (environments, tls_certificates), as the
+	// exporter writes them and the receiver makes environments: created,
+	// then ensured again by a restarted program.
+	for _, spec := range []*clickhouse.Table{inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable()} {
+		for _, s := range []*clickhouse.Schema{schema, schema2} {
+			if _, err := s.Ensure(ctx, spec); err != nil {
+				t.Fatalf("%s: %v", spec.Name, err)
+			}
+		}
+		if create := srvString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = '"+spec.Name+"'"); !strings.Contains(create, "non_replicated_deduplication_window = 1000") {
+			t.Errorf("%s has no deduplication window:\n%s", spec.Name, create)
+		}
+	}
 	// A table made before the deduplication window gets it.
 	ds := w.datasets()[0]
 	old := metrictables.TableSpec("made_by_21_3", metrictables.MetricsColumns(&ds, nil, nil), clickhouse.Version{Major: 21, Minor: 3}, 0)
@@ -211,7 +228,7 @@ func TestStatementsOn26(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs = append(specs, accessLogs, backfill.ProgressTableSpec())
+	specs = append(specs, accessLogs, backfill.ProgressTableSpec(), inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable())
 	for _, spec := range specs {
 		for i, stmt := range clickhouse.CreateStatements(clusterDB, testenv.ChDBCluster, v, spec) {
 			srv.Exec(t, "EXPLAIN AST "+stmt)
