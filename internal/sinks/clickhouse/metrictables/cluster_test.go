@@ -13,6 +13,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/inventory"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorysink"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/testenv"
@@ -216,7 +217,9 @@ func TestExporterOnCluster(t *testing.T) {
 		w.cycle(r)
 		flush(t, sink)
 		want := len(w.datasets()) + 2 // and environments, tls_certificates
-		waitUntil(t, 30*time.Second, func() bool { return testutilSum(t, reg, "edgepipe_clickhouse_inventory_rows_written_total") == float64(len(w.envs)+1) })
+		waitUntil(t, 30*time.Second, func() bool {
+			return testutilSum(t, reg, "edgepipe_clickhouse_inventory_rows_written_total") == float64(len(w.envs)+1)
+		})
 		if n := testutilSum(t, reg, "edgepipe_clickhouse_incomplete_nodes"); n != float64(want) {
 			t.Errorf("edgepipe_clickhouse_incomplete_nodes sums to %v with one node down, want one per dataset and inventory table (%d)", n, want)
 		}
@@ -311,9 +314,9 @@ func TestExporterOnCluster(t *testing.T) {
 // newInventorySink starts the inventory's sink on the metrics sink's
 // connection, as the exporter does, and publishes a name for every
 // environment and a certificate of the first.
-func (w *world) newInventorySink(metrics *metrictables.Sink, reg prometheus.Registerer) *inventorytables.Sink {
+func (w *world) newInventorySink(metrics *metrictables.Sink, reg prometheus.Registerer) *inventorysink.Sink {
 	w.t.Helper()
-	s, err := inventorytables.New(inventorytables.Config{Schemas: metrics, Logger: w.log, Registerer: reg, RetryMax: 300 * time.Millisecond})
+	s, err := inventorysink.New(inventorysink.Config{Schemas: metrics, Logger: w.log, Registerer: reg, RetryMax: 300 * time.Millisecond})
 	if err != nil {
 		w.t.Fatal(err)
 	}
