@@ -2,12 +2,7 @@ package inventorysink_test
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,65 +19,6 @@ import (
 // The ClickHouse 26.x tier of the inventory's tables: chDB behind
 // testenv's HTTP(S) server (testenv.ChDB), written through the metrics
 // sink's connection as the exporter does.
-
-// lossyProxy forwards ClickHouse's HTTP interface and, for the first
-// INSERT into each table, lets the server store the rows but answers the
-// client 502: the ambiguous failure after which a writer retries rows the
-// server already has. It records every INSERT's deduplication token.
-type lossyProxy struct {
-	*httptest.Server
-	mu     sync.Mutex
-	lost   map[string]bool
-	tokens map[string][]string // by table, in order
-}
-
-func newLossyProxy(t *testing.T, target string) *lossyProxy {
-	t.Helper()
-	u, err := url.Parse("http://" + target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &lossyProxy{lost: map[string]bool{}, tokens: map[string][]string{}}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		table, ok := insertTable(q.Get("query"))
-		if !ok {
-			rp.ServeHTTP(w, r)
-			return
-		}
-		p.mu.Lock()
-		p.tokens[table] = append(p.tokens[table], q.Get("insert_deduplication_token"))
-		lose := !p.lost[table]
-		p.lost[table] = true
-		p.mu.Unlock()
-		if !lose {
-			rp.ServeHTTP(w, r)
-			return
-		}
-		rec := httptest.NewRecorder()
-		rp.ServeHTTP(rec, r)
-		if rec.Code != http.StatusOK {
-			t.Errorf("the INSERT whose answer the proxy loses failed: %d %s", rec.Code, rec.Body)
-		}
-		http.Error(w, "the proxy lost the server's answer", http.StatusBadGateway)
-	}))
-	t.Cleanup(p.Close)
-	return p
-}
-
-// insertTable returns the table of "INSERT INTO `db`.`table` (…)".
-func insertTable(query string) (string, bool) {
-	rest, ok := strings.CutPrefix(strings.TrimSpace(query), "INSERT INTO ")
-	if !ok {
-		return "", false
-	}
-	name, _, _ := strings.Cut(rest, " ")
-	if i := strings.LastIndex(name, "."); i >= 0 {
-		name = name[i+1:]
-	}
-	return strings.Trim(name, "`"), true
-}
 
 // TestTablesOn26 writes the inventory over an HTTP DSN (through a proxy
 // that loses the server's answer to the first INSERT into each table, so
@@ -105,11 +41,11 @@ func TestTablesOn26(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			db := "inventory_" + tc.name
-			var proxy *lossyProxy
+			var proxy *testenv.LosingProxy
 			dsn := tc.dsn
 			if tc.lossy {
-				proxy = newLossyProxy(t, srv.HTTPAddr())
-				dsn = func(db string) string { return proxy.URL + "/" + db }
+				proxy = srv.LosingProxy(t)
+				dsn = proxy.DSN
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
@@ -174,10 +110,8 @@ func TestTablesOn26(t *testing.T) {
 				if proxy == nil {
 					continue
 				}
-				proxy.mu.Lock()
-				tokens := proxy.tokens[table]
-				proxy.mu.Unlock()
-				if len(tokens) < 2 || tokens[0] == "" || tokens[1] != tokens[0] {
+				tokens := proxy.Tokens(table)
+				if !proxy.Lost(table) || len(tokens) < 2 || tokens[0] == "" || tokens[1] != tokens[0] {
 					t.Errorf("%s: INSERT tokens %q: want the lost INSERT's token, and the same on its retry", table, tokens)
 				}
 			}
