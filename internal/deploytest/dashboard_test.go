@@ -389,12 +389,7 @@ func receiverOnly(ctx context.Context, t *testing.T, dsn string) {
 		t.Errorf("receiver-only environments table: %d rows, %v; want it there and empty", names, err)
 	}
 	// Names fall back to the IDs.
-	var d Dashboard
-	for _, x := range loadDashboards(t) {
-		if x.File == "access-logs.json" {
-			d = x
-		}
-	}
+	d := dashboardFile(t, "access-logs.json")
 	qs, err := d.Queries()
 	if err != nil {
 		t.Fatal(err)
@@ -448,6 +443,18 @@ func TestDashboardSQLRuns26(t *testing.T) {
 	}
 	t.Logf("%d SQL queries run on ClickHouse %s", n, db.Version())
 	receiverOnly(ctx, t, srv.DSN("dashboards_receiver_only"))
+}
+
+// dashboardFile returns the dashboard of file name.
+func dashboardFile(t *testing.T, name string) Dashboard {
+	t.Helper()
+	for _, d := range loadDashboards(t) {
+		if d.File == name {
+			return d
+		}
+	}
+	t.Fatalf("no dashboard %s", name)
+	return Dashboard{}
 }
 
 // allSelected returns v with every variable in "All".

@@ -63,7 +63,7 @@ func TestTablesOn26(t *testing.T) {
 					t.Fatal(err)
 				}
 				srv.Exec(t, "SYSTEM STOP MERGES `"+db+"`.`"+tb.Name+"`")
-				create := srvString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+db+"' AND name = '"+tb.Name+"'")
+				create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+db+"' AND name = '"+tb.Name+"'")
 				if !strings.Contains(create, "non_replicated_deduplication_window = 1000") {
 					t.Errorf("%s has no deduplication window:\n%s", tb.Name, create)
 				}
@@ -127,15 +127,4 @@ func TestTablesOn26(t *testing.T) {
 				[]string{certLine(a1, 1, 0, later), certLine(a2, 0, 1, later), certLine(a3, 1, 0, later)})
 		})
 	}
-}
-
-func srvString(t *testing.T, srv *testenv.ChDBServer, q string) string {
-	t.Helper()
-	var s string
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.Conn(t).QueryRow(ctx, q).Scan(&s); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return s
 }

@@ -57,7 +57,7 @@ func TestExporterOn26(t *testing.T) {
 			if d := testutilSum(t, reg, "edgepipe_clickhouse_dropped_rows_total"); d != 0 {
 				t.Errorf("%v rows dropped", d)
 			}
-			create := srvString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = 'edge_usage_by_country'")
+			create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = 'edge_usage_by_country'")
 			for _, want := range []string{"CODEC(T64, ZSTD(1))", "LowCardinality(String)", "TTL time + toIntervalSecond(7776000)", "non_replicated_deduplication_window = 1000"} {
 				if !strings.Contains(create, want) {
 					t.Errorf("edge_usage_by_country lacks %q:\n%s", want, create)
@@ -79,17 +79,6 @@ func TestExporterOn26(t *testing.T) {
 			t.Logf("%d rows exact under FINAL over %s; resume points for %d environments", n, tc.name, len(points))
 		})
 	}
-}
-
-func srvString(t *testing.T, srv *testenv.ChDBServer, q string) string {
-	t.Helper()
-	var s string
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.Conn(t).QueryRow(ctx, q).Scan(&s); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return s
 }
 
 // warnings is a slog handler that keeps every record at WARN and above:
@@ -184,7 +173,7 @@ func TestStatementsOn26(t *testing.T) {
 		if _, err := schema2.Ensure(ctx, full); err != nil {
 			t.Fatal(err)
 		}
-		create := srvString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = '"+ds.Name+"'")
+		create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = '"+ds.Name+"'")
 		if !strings.Contains(create, fmt.Sprintf("toIntervalSecond(%d)", int64(retention2/time.Second))) {
 			t.Errorf("%s: retention not changed:\n%s", ds.Name, create)
 		}
@@ -201,7 +190,7 @@ func TestStatementsOn26(t *testing.T) {
 				t.Fatalf("%s: %v", spec.Name, err)
 			}
 		}
-		if create := srvString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = '"+spec.Name+"'"); !strings.Contains(create, "non_replicated_deduplication_window = 1000") {
+		if create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = '"+spec.Name+"'"); !strings.Contains(create, "non_replicated_deduplication_window = 1000") {
 			t.Errorf("%s has no deduplication window:\n%s", spec.Name, create)
 		}
 	}
@@ -214,7 +203,7 @@ func TestStatementsOn26(t *testing.T) {
 	if _, err := schema2.Ensure(ctx, metrictables.TableSpec("made_by_21_3", metrictables.MetricsColumns(&ds, nil, nil), v, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if create := srvString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = 'made_by_21_3'"); !strings.Contains(create, "non_replicated_deduplication_window = 1000") {
+	if create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = 'made_by_21_3'"); !strings.Contains(create, "non_replicated_deduplication_window = 1000") {
 		t.Errorf("a table made before the deduplication window did not get it:\n%s", create)
 	}
 
