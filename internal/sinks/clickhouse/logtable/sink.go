@@ -17,6 +17,11 @@
 // wrapped. A column that cannot hold its field at all is an
 // *IncompatibleColumnError. When the table or a column disappears while the
 // receiver runs, the next attempt re-creates it and inserts the rows again.
+//
+// The sink also makes the exporter's environments table
+// (inventorytables.EnvironmentsTable), empty, which the Access logs
+// dashboard joins for environment names: without it a deployment with no
+// exporter writing to ClickHouse would fail every query of the dashboard.
 package logtable
 
 import (
