@@ -136,6 +136,11 @@ type Sink struct {
 	// envsFailed when ensuring it last failed (zero after a success).
 	envsEnsured *clickhouse.Schema
 	envsFailed  time.Time
+	// rollupEnsured, rollupFailed: the same for the per-minute rollup
+	// (ensureRollup), and rollup its spec (nil: none).
+	rollupEnsured *clickhouse.Schema
+	rollupFailed  time.Time
+	rollup        *clickhouse.Table
 }
 
 // accessColumn is one typed field column.
@@ -264,6 +269,7 @@ func (a *Sink) connect(ctx context.Context) (*clickhouse.DB, []accessColumn, []s
 		}
 		a.columns, a.names, a.spec, a.complete, a.checked = cols, names, spec, complete, time.Now()
 	}
+	a.ensureRollup(ctx)
 	a.ensureEnvironments(ctx)
 	return a.db, a.columns, a.names, a.gen, nil
 }
@@ -674,17 +680,23 @@ func (a *Sink) resumedDelivery() bool {
 	return a.resumed
 }
 
-// expire enforces the retention on servers without TTL (hourly at most,
-// see clickhouse.Schema.Expire); a failure is logged, not returned.
+// expire enforces the retention of access_logs and its rollup on servers
+// without TTL (hourly at most, see clickhouse.Schema.Expire); a failure is
+// logged, not returned.
 func (a *Sink) expire(ctx context.Context) {
 	a.mu.Lock()
-	schema, spec := a.schema, a.spec
+	schema, spec, rollup := a.schema, a.spec, a.rollup
 	a.mu.Unlock()
 	if schema == nil || spec == nil {
 		return
 	}
-	if _, err := schema.Expire(ctx, spec, time.Now()); err != nil {
-		a.log.Warn("clickhouse: could not drop access_logs partitions older than the retention", "err", err)
+	for _, t := range []*clickhouse.Table{spec, rollup} {
+		if t == nil {
+			continue
+		}
+		if _, err := schema.Expire(ctx, t, time.Now()); err != nil {
+			a.log.Warn("clickhouse: could not drop partitions older than the retention", "table", t.Name, "err", err)
+		}
 	}
 }
 
