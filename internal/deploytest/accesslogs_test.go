@@ -54,14 +54,43 @@ func createEnvironments(ctx context.Context, t *testing.T, db *clickhouse.DB) {
 }
 
 // accessLogsDDL returns the statements that create access_logs with fields
-// in database on a single server of version v, as the receiver's sink does.
+// and its per-minute rollup (table and view) in database on a single server
+// of version v, as the receiver's sink does.
 func accessLogsDDL(t *testing.T, database string, v clickhouse.Version, fields []accesslog.Field) []string {
 	t.Helper()
 	spec, err := logtable.TableSpec(v, fields, nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return clickhouse.CreateStatements(database, "", v, spec)
+	rollup, err := logtable.RollupSpec(v, spec, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(clickhouse.CreateStatements(database, "", v, spec), clickhouse.CreateStatements(database, "", v, rollup)...)
+}
+
+// rebuildRollup runs the README's rebuild of the per-minute rollup for
+// every minute before cutoff on db's database, and waits for its DELETE.
+func rebuildRollup(ctx context.Context, t *testing.T, db *clickhouse.DB, cutoff time.Time) {
+	t.Helper()
+	stmts := testenv.READMESQL(t, "### access_logs_1m: the per-minute rollup", "DELETE WHERE")
+	for i, s := range stmts {
+		s = strings.ReplaceAll(s, "cdn.", clickhouse.QuoteIdent(db.Database())+".")
+		stmts[i] = strings.ReplaceAll(s, "2026-11-27 12:00:00", cutoff.UTC().Format(time.DateTime))
+	}
+	if err := testenv.ExecSession(ctx, db.Conn(), stmts); err != nil {
+		t.Fatalf("the README's rebuild of the rollup: %v", err)
+	}
+	for {
+		var pending uint64
+		if err := db.Conn().QueryRow(ctx, "SELECT toUInt64(count()) FROM system.mutations WHERE database = "+clickhouse.QuoteString(db.Database())+" AND is_done = 0").Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		if pending == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // accessLogRows returns an INSERT … SELECT of n records in the hour before
@@ -116,11 +145,14 @@ func resultText(ctx context.Context, conn driver.Conn, sql string) (string, erro
 }
 
 // TestDashboardSQLCountsRecordsOnce: the access-logs dashboard reads
-// without FINAL, so every panel must collapse redeliveries itself
-// (uniqExact of the record identity, or LIMIT 1 BY it). Each panel's
-// result on a table holding every record twice (two parts, merges stopped,
-// as after redeliveries not merged yet) equals its result on a table
-// holding every record once.
+// without FINAL, so every panel of access_logs must collapse redeliveries
+// itself (uniqExact of the record identity, or LIMIT 1 BY it), and every
+// panel of the per-minute rollup must read what the rollup holds when each
+// record was counted once. Each panel's result on a database holding every
+// record twice (two parts, merges stopped, as after redeliveries not
+// merged yet), whose rollup was rebuilt from access_logs FINAL by the
+// README's recipe (the view had counted both copies), equals its result
+// on a database holding every record once, whose rollup the view filled.
 func TestDashboardSQLCountsRecordsOnce(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -144,10 +176,14 @@ func TestDashboardSQLCountsRecordsOnce(t *testing.T) {
 		return db
 	}
 	once, twice := open("logs_once", 1), open("logs_twice", 2)
-	var raw uint64
+	var raw, counted uint64
 	if err := twice.Conn().QueryRow(ctx, "SELECT count() FROM access_logs").Scan(&raw); err != nil || raw != 800 {
 		t.Fatalf("the doubled table holds %d rows (%v), want 800", raw, err)
 	}
+	if err := twice.Conn().QueryRow(ctx, "SELECT toUInt64(countMerge(requests_state)) FROM access_logs_1m").Scan(&counted); err != nil || counted != 800 {
+		t.Fatalf("the doubled table's rollup counts %d records (%v), want both copies of 400", counted, err)
+	}
+	rebuildRollup(ctx, t, twice, end.Add(time.Minute))
 	n := 0
 	for _, d := range loadDashboards(t) {
 		qs, err := d.Queries()

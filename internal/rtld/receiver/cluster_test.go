@@ -181,7 +181,7 @@ func clusterRollup(ctx context.Context, t *testing.T, c *testenv.Cluster, db str
 		var keys, rollup, final uint64
 		if err := c.Node(2, 2).Conn(t).QueryRow(ctx, fmt.Sprintf(`SELECT toUInt64(countIf(r != f)), toUInt64(sum(r)), toUInt64(sum(f)) FROM (
 				SELECT k, sum(r) AS r, sum(f) AS f FROM (
-					SELECT concat(environment_id, toString(minute), toString(status_code), cache_status, pop) AS k, toUInt64(countMerge(requests)) AS r, toUInt64(0) AS f
+					SELECT concat(environment_id, toString(minute), toString(status_code), cache_status, pop) AS k, toUInt64(countMerge(requests_state)) AS r, toUInt64(0) AS f
 					FROM %[1]s.access_logs_1m GROUP BY k
 					UNION ALL
 					SELECT concat(environment_id, toString(toStartOfMinute(timestamp)), toString(status_code), cache_status, pop) AS k, toUInt64(0) AS r, toUInt64(count()) AS f
@@ -213,7 +213,7 @@ func clusterRollup(ctx context.Context, t *testing.T, c *testenv.Cluster, db str
 	}
 	syncReplicas()
 	var rollup uint64
-	if err := conn.QueryRow(ctx, "SELECT toUInt64(countMerge(requests)) FROM "+db+".access_logs_1m").Scan(&rollup); err != nil || rollup != total+200 {
+	if err := conn.QueryRow(ctx, "SELECT toUInt64(countMerge(requests_state)) FROM "+db+".access_logs_1m").Scan(&rollup); err != nil || rollup != total+200 {
 		t.Fatalf("the rollup counts %d records (%v) after 100 were inserted again in another INSERT, want %d", rollup, err, total+200)
 	}
 	stmts := testenv.READMESQL(t, "### access_logs_1m: the per-minute rollup", "DELETE WHERE")

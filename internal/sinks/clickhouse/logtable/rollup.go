@@ -82,16 +82,18 @@ var codecSuffix = regexp.MustCompile(`\s+CODEC\(.*\)$`)
 // of version v:
 //
 //	environment_id, minute, status_code, cache_status, pop   (the key)
-//	requests   AggregateFunction(count)
-//	bytes_out  AggregateFunction(sum, Int64)
-//	total_time AggregateFunction(quantileTDigest, Float64)
+//	requests_state    AggregateFunction(count)
+//	bytes_out_state   AggregateFunction(sum, Int64)
+//	total_time_state  AggregateFunction(quantileTDigest, Float64)
 //
 // an AggregatingMergeTree partitioned by day, with the retention of
 // access_logs as a TTL on minute (whole days dropped on servers without
 // TTL), and the view access_logs_1m_mv that adds every block inserted into
-// access_logs to it. Read it with countMerge(requests),
-// sumMerge(bytes_out) and quantileTDigestMerge(0.95)(total_time), grouped
-// by any of the keys. It returns a *RollupSourceError when access_logs
+// access_logs to it. Read it with countMerge(requests_state),
+// sumMerge(bytes_out_state) and
+// quantileTDigestMerge(0.95)(total_time_state), grouped by any of the keys
+// (the states are named apart from the aliases a query gives the merged
+// values: an alias equal to a column's name would shadow the column). It returns a *RollupSourceError when access_logs
 // lacks a column the rollup reads or has one it cannot aggregate.
 func RollupSpec(v clickhouse.Version, accessLogs *clickhouse.Table, retention time.Duration) (*clickhouse.Table, error) {
 	exprs, err := rollupExprs(accessLogs)
@@ -110,9 +112,9 @@ func RollupSpec(v clickhouse.Version, accessLogs *clickhouse.Table, retention ti
 			{Name: "status_code", Type: "Int64"},
 			{Name: "cache_status", Type: str},
 			{Name: "pop", Type: str},
-			{Name: "requests", Type: "AggregateFunction(count)"},
-			{Name: "bytes_out", Type: "AggregateFunction(sum, Int64)"},
-			{Name: "total_time", Type: "AggregateFunction(quantileTDigest, Float64)"},
+			{Name: "requests_state", Type: "AggregateFunction(count)"},
+			{Name: "bytes_out_state", Type: "AggregateFunction(sum, Int64)"},
+			{Name: "total_time_state", Type: "AggregateFunction(quantileTDigest, Float64)"},
 		},
 		Engine:        "AggregatingMergeTree",
 		PartitionBy:   "toDate(`minute`)",
@@ -170,9 +172,9 @@ func rollupQuery(exprs []string) func(source string) string {
     %s,
     %s,
     %s,
-    countState() AS requests,
-    sumState(%s) AS bytes_out,
-    quantileTDigestState(%s) AS total_time
+    countState() AS requests_state,
+    sumState(%s) AS bytes_out_state,
+    quantileTDigestState(%s) AS total_time_state
 FROM %s
 GROUP BY %s`, named(exprs[0], "minute"), named(exprs[1], "status_code"), named(exprs[2], "cache_status"), named(exprs[3], "pop"),
 			exprs[4], exprs[5], source, strings.Join(rollupDimensions, ", "))

@@ -55,7 +55,7 @@ const rollupKey = "concat(environment_id, ' ', toString(minute), ' ', toString(s
 func compareRollup(ctx context.Context, t *testing.T, conn driver.Conn, db string) rollupCompare {
 	t.Helper()
 	return rollupCompare{
-		rollup: rollupRows(ctx, t, conn, "SELECT "+rollupKey+" AS k, toUInt64(countMerge(requests)), toUInt64(sumMerge(bytes_out)) FROM `"+db+"`.access_logs_1m GROUP BY k"),
+		rollup: rollupRows(ctx, t, conn, "SELECT "+rollupKey+" AS k, toUInt64(countMerge(requests_state)), toUInt64(sumMerge(bytes_out_state)) FROM `"+db+"`.access_logs_1m GROUP BY k"),
 		final: rollupRows(ctx, t, conn, "SELECT "+rollupKey+" AS k, toUInt64(count()), toUInt64(sum(bytes_out)) FROM (SELECT environment_id, "+
 			"toStartOfMinute(toDateTime(timestamp)) AS minute, status_code, cache_status, pop, bytes_out FROM `"+db+"`.access_logs FINAL) GROUP BY k"),
 	}
@@ -160,8 +160,8 @@ func TestRollupSpec(t *testing.T) {
 		}
 		stmts := clickhouse.CreateStatements("cdn", "", v1816, r)
 		want := "CREATE MATERIALIZED VIEW IF NOT EXISTS `cdn`.`access_logs_1m_mv` TO `cdn`.`access_logs_1m`\nAS SELECT\n    environment_id,\n" +
-			"    toStartOfMinute(toDateTime(`timestamp`)) AS minute,\n    status_code,\n    cache_status,\n    pop,\n    countState() AS requests,\n" +
-			"    sumState(bytes_out) AS bytes_out,\n    quantileTDigestState(total_time) AS total_time\nFROM `cdn`.`access_logs`\n" +
+			"    toStartOfMinute(toDateTime(`timestamp`)) AS minute,\n    status_code,\n    cache_status,\n    pop,\n    countState() AS requests_state,\n" +
+			"    sumState(bytes_out) AS bytes_out_state,\n    quantileTDigestState(total_time) AS total_time_state\nFROM `cdn`.`access_logs`\n" +
 			"GROUP BY environment_id, minute, status_code, cache_status, pop"
 		if len(stmts) != 3 || stmts[2] != want {
 			t.Errorf("statements:\n%s\nwant the view last:\n%s", strings.Join(stmts, "\n;\n"), want)
@@ -289,7 +289,7 @@ func TestRollupOn1816(t *testing.T) {
 	rebuildRollup(ctx, t, conn, db, time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
 	requireRollupExact(ctx, t, conn, db, unique)
 	var p95, exact float64
-	if err := conn.QueryRow(ctx, "SELECT toFloat64(quantileTDigestMerge(0.95)(total_time)) FROM `"+db+"`.access_logs_1m").Scan(&p95); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT toFloat64(quantileTDigestMerge(0.95)(total_time_state)) FROM `"+db+"`.access_logs_1m").Scan(&p95); err != nil {
 		t.Fatal(err)
 	}
 	if err := conn.QueryRow(ctx, "SELECT quantileExact(0.95)(total_time) FROM `"+db+"`.access_logs FINAL").Scan(&exact); err != nil {
