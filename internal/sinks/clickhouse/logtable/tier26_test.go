@@ -236,7 +236,9 @@ func readmeMigration(t *testing.T, db string) []string {
 // table in the layout ClickHouse 18.16 gets (timestamp DateTime +
 // timestamp_us, sorted by identity) filled by the sink (which writes an
 // existing table in its own types): the copy keeps every record and its
-// microseconds, and the receiver goes on in the new layout.
+// microseconds, the receiver goes on in the new layout, the rollup's view
+// is made again on the new table, and the rollup's rebuild the README
+// asks for after the copy makes it exact.
 func TestMigrationRecipeFrom1816LayoutOn26(t *testing.T) {
 	srv := testenv.ChDB(t)
 	const db = "cdn_migration"
@@ -277,6 +279,14 @@ func TestMigrationRecipeFrom1816LayoutOn26(t *testing.T) {
 		t.Errorf("%d records copied (want 200), %d of them with other microseconds than the old table's (want 0)", copied, lost)
 	}
 	srv.Exec(t, stmts[3])
+	// The rollup's view followed the renamed table (Atomic databases
+	// follow a table by UUID): the receiver made it again on the new one.
+	// The copy passed through it; the README's rebuild makes it exact.
+	if deps := srv.QueryString(t, "SELECT toString(dependencies_table) FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs'"); deps != "['"+RollupView+"']" {
+		t.Errorf("after the migration access_logs feeds %s, want the rollup's view", deps)
+	}
+	rebuildRollup(ctx, t, srv.Conn(t), db, time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
+	requireRollupExact(ctx, t, srv.Conn(t), db, 400)
 }
 
 // TestAccessLogsBytesPerRecord26 measures access_logs' bytes on disk per
