@@ -124,6 +124,36 @@ func rebuildRollup(ctx context.Context, t *testing.T, conn driver.Conn, db strin
 	waitMutations(ctx, t, conn, db)
 }
 
+// rollupCheck runs the README's query listing the minutes where the
+// rollup of database db and access_logs FINAL disagree, over the minutes
+// from since, and returns them.
+func rollupCheck(ctx context.Context, t *testing.T, conn driver.Conn, db string, since time.Time) []string {
+	t.Helper()
+	stmts := testenv.READMESQL(t, "### access_logs_1m: the per-minute rollup", "HAVING rollup != final")
+	if len(stmts) != 1 {
+		t.Fatalf("the README's check of the rollup has %d statements, want 1", len(stmts))
+	}
+	sql := strings.ReplaceAll(strings.ReplaceAll(stmts[0], "cdn.", "`"+db+"`."), "now() - INTERVAL 1 DAY", "toDateTime('"+since.UTC().Format(time.DateTime)+"')")
+	rows, err := conn.Query(ctx, sql)
+	if err != nil {
+		t.Fatalf("the README's check of the rollup: %v\n%s", err, sql)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var minute time.Time
+		var rollup, final uint64
+		if err := rows.Scan(&minute, &rollup, &final); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s: rollup %d, FINAL %d", minute.UTC().Format(time.DateTime), rollup, final))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // waitMutations waits until the mutations of database db are done.
 func waitMutations(ctx context.Context, t *testing.T, conn driver.Conn, db string) {
 	t.Helper()
@@ -286,8 +316,17 @@ func TestRollupOn1816(t *testing.T) {
 	if rollup, final := compareRollup(ctx, t, conn, db).totals(); final != unique || rollup != unique+2*per {
 		t.Fatalf("after an INSERT repeated: rollup %d, FINAL %d; want FINAL %d and the rollup %d more", rollup, final, unique, 2*per)
 	}
+	since := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	if wrong := rollupCheck(ctx, t, conn, db, since); len(wrong) == 0 {
+		t.Error("the README's check of the rollup lists no minute after an INSERT was counted twice")
+	} else {
+		t.Logf("the README's check lists %d minutes, e.g. %s", len(wrong), wrong[0])
+	}
 	rebuildRollup(ctx, t, conn, db, time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
 	requireRollupExact(ctx, t, conn, db, unique)
+	if wrong := rollupCheck(ctx, t, conn, db, since); len(wrong) != 0 {
+		t.Errorf("after the rebuild the README's check of the rollup lists %q", wrong)
+	}
 	var p95, exact float64
 	if err := conn.QueryRow(ctx, "SELECT toFloat64(quantileTDigestMerge(0.95)(total_time_state)) FROM `"+db+"`.access_logs_1m").Scan(&p95); err != nil {
 		t.Fatal(err)

@@ -175,6 +175,9 @@ func TestNoDuplicatesAfterKill26(t *testing.T) {
 	if final := srv.QueryUint64(t, "SELECT count() FROM logs_kill.access_logs FINAL"); final != uint64(unique) {
 		t.Errorf("count() FINAL %d, want %d", final, unique)
 	}
+	if wrong := rollupCheck(ctx, t, srv.Conn(t), "logs_kill", time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)); len(wrong) != 0 {
+		t.Errorf("the README's check of the rollup lists %q", wrong)
+	}
 }
 
 // TestRestartRegroupedNoDuplicates26: a receiver stopped after its sink
