@@ -17,21 +17,23 @@ import (
 
 // Schema keeps the tables both programs write in shape, on a single server
 // or on every node of a cluster (Open WithCluster). Ensure creates what is
-// missing and adds missing columns; writers call it before their first
-// INSERT into a table, again after any insert error of ClassSchema, and
-// while a table is incomplete (a node was down) every RecheckInterval. It
-// never drops or retypes a column.
+// missing (a table's materialized View too, on every node) and adds
+// missing columns; writers call it before their first INSERT into a table,
+// again after any insert error of ClassSchema, and while a table is
+// incomplete (a node was down) every RecheckInterval. It never drops or
+// retypes a column.
 //
 // On a cluster Ensure reads every node listed in system.clusters, connected
 // to it directly with the DSN's credentials (ClickHouse 18.16 has no
 // clusterAllReplicas), and:
 //   - when every node is reachable and none has the table yet, creates the
-//     database, <table>_local (Replicated engine) and the Distributed
-//     <table> ON CLUSTER;
+//     database, <table>_local (Replicated engine), the Distributed <table>
+//     and the table's View ON CLUSTER;
 //   - otherwise creates what a reachable node lacks on that node: the
 //     database, the local table (with a live replica's own CREATE statement
 //     when its shard has one, so the new replica matches ZooKeeper's
-//     columns), the Distributed table;
+//     columns), the Distributed table, the View (once its source table is
+//     there, and again when that source no longer feeds it);
 //   - adds missing columns to each shard's local table on one replica (the
 //     ALTER of a Replicated table reaches the shard's other replicas through
 //     ZooKeeper), then to the Distributed table on every node, each node on
