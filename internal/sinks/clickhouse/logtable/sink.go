@@ -18,6 +18,10 @@
 // *IncompatibleColumnError. When the table or a column disappears while the
 // receiver runs, the next attempt re-creates it and inserts the rows again.
 //
+// Next to access_logs the sink makes its per-minute rollup, access_logs_1m,
+// and the materialized view that fills it from every INSERT (RollupSpec):
+// the Access logs dashboard's aggregate panels read it.
+//
 // The sink also makes the exporter's environments table
 // (inventorytables.EnvironmentsTable), empty, which the Access logs
 // dashboard joins for environment names: without it a deployment with no
