@@ -278,8 +278,10 @@ func TestRollupOn1816(t *testing.T) {
 	all := sampleBatches(t, 32, per)
 
 	before := newSink(t, Config{DSN: srv.DSN(db)})
-	deliverAll(ctx, t, before, append(all[:2:2], all[2].Select(1, 7, 300))) // the last one in part
-	before.Close() // the receiver stops before its spool committed them
+	// The last batch stored in part; the receiver stops before its spool
+	// committed them.
+	deliverAll(ctx, t, before, append(all[:2:2], all[2].Select(1, 7, 300)))
+	before.Close()
 	sink := newSink(t, Config{DSN: srv.DSN(db)})
 	t.Cleanup(func() { sink.Close() })
 	deliverAll(ctx, t, sink, all[:8])
