@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -31,7 +32,7 @@ func READMESQL(t testing.TB, heading, marker string) []string {
 	}
 	s = s[start+len(heading)+2:]
 	level := heading[:strings.IndexByte(heading, ' ')+1] // "### "
-	if end := regexp.MustCompile(`(?m)^#{2,` + fmt.Sprint(len(level)-1) + `} `).FindStringIndex(s); end != nil {
+	if end := regexp.MustCompile(`(?m)^#{2,` + strconv.Itoa(len(level)-1) + `} `).FindStringIndex(s); end != nil {
 		s = s[:end[0]]
 	}
 	for _, m := range regexp.MustCompile("(?s)```sql\n(.*?)```").FindAllStringSubmatch(s, -1) {

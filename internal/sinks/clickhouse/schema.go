@@ -549,13 +549,14 @@ func (s *Schema) read(ctx context.Context, db *DB, t *Table, st *nodeState) erro
 		return nil
 	}
 	local := t.LocalName(cluster)
-	names := QuoteString(local)
+	quoted := []string{QuoteString(local)}
 	if cluster != "" {
-		names += ", " + QuoteString(t.Name)
+		quoted = append(quoted, QuoteString(t.Name))
 	}
 	for _, n := range viewNames(cluster, t) {
-		names += ", " + QuoteString(n)
+		quoted = append(quoted, QuoteString(n))
 	}
+	names := strings.Join(quoted, ", ")
 	tables := map[string]*tableInfo{}
 	rows, err := db.conn.Query(ctx, "SELECT name, engine, create_table_query, sorting_key, dependencies_table FROM system.tables WHERE database = "+database+" AND name IN ("+names+")")
 	if err != nil {
