@@ -1,0 +1,52 @@
+package logtable
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+)
+
+// OpenReadOnly connects to cfg's server with cfg's options without
+// creating its database (clickhouse.ReadOnly), for Inspect. The caller
+// closes it.
+func OpenReadOnly(ctx context.Context, cfg Config) (*clickhouse.DB, error) {
+	cfg = cfg.withDefaults()
+	opts := append([]clickhouse.Option{clickhouse.WithLogger(cfg.Logger)}, cfg.Options...)
+	return clickhouse.Open(ctx, cfg.DSN, append(opts, clickhouse.ReadOnly())...)
+}
+
+// Inspect reports what the sink would find of access_logs on db (opened
+// with OpenReadOnly), without creating or altering anything: the columns
+// it would add (with the types the table has, as the sink reads them), and
+// as the report's Problem an *IncompatibleColumnError for a column that
+// cannot hold its field. An error means the server could not be read.
+func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config) (*clickhouse.TableReport, error) {
+	cfg = cfg.withDefaults()
+	spec, err := TableSpec(db.Version(), cfg.Fields, nil, cfg.Retention)
+	if err != nil {
+		return nil, err
+	}
+	schema := clickhouse.NewSchema(db, cfg.Logger)
+	defer schema.Close()
+	r, err := schema.Inspect(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("ClickHouse table %s: %w", db.Table(Table), err)
+	}
+	if !r.Exists || r.Problem != nil {
+		return r, nil
+	}
+	// As ensureTable reads it: the fixed columns' types, then the fields'
+	// with the types the table has.
+	if err := checkFixedColumns(r.Columns); err != nil {
+		r.Problem = err
+		return r, nil
+	}
+	next, err := TableSpec(db.Version(), cfg.Fields, r.Columns, cfg.Retention)
+	if err != nil {
+		r.Problem = err
+		return r, nil
+	}
+	r.Missing = clickhouse.MissingColumns(next, r.Columns)
+	return r, nil
+}
