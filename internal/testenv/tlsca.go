@@ -25,13 +25,13 @@ type CA struct {
 	der  []byte
 }
 
-// NewCA returns a new CA valid for a day.
+// NewCA returns a new CA valid for a year.
 func NewCA(t testing.TB) *CA {
 	t.Helper()
 	key, der := newCert(t, &x509.Certificate{
 		Subject:               pkix.Name{CommonName: "edgepipe test CA"},
 		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
+		NotAfter:              time.Now().Add(365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
@@ -89,11 +89,11 @@ func (ca *CA) Issue(t testing.TB, notBefore, notAfter time.Time, hosts ...string
 	return certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
 }
 
-// Certificate is Issue as a tls.Certificate, valid from an hour ago for a
-// day.
+// Certificate is Issue as a tls.Certificate, valid from an hour ago for
+// 90 days.
 func (ca *CA) Certificate(t testing.TB, hosts ...string) tls.Certificate {
 	t.Helper()
-	c, k := ca.Issue(t, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour), hosts...)
+	c, k := ca.Issue(t, time.Now().Add(-time.Hour), time.Now().Add(90*24*time.Hour), hosts...)
 	cert, err := tls.X509KeyPair(c, k)
 	if err != nil {
 		t.Fatal(err)
