@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
@@ -19,8 +20,9 @@ type Kafka struct {
 	// (--kafka.create-topic, --kafka.partitions).
 	CreateTopic bool
 	Partitions  int
-	// MaxMessageBytes is --kafka.max-message-bytes.
-	MaxMessageBytes int64
+	// MaxMessageBytes is --kafka.max-message-bytes, MaxRecordBytes
+	// --ingest.max-record-bytes (which must not exceed it).
+	MaxMessageBytes, MaxRecordBytes int64
 	// Inspect asks the brokers (kafkasink.Sink.Inspect).
 	Inspect func(context.Context) (*kafkasink.TopicReport, error)
 
@@ -68,10 +70,18 @@ func (k *Kafka) messageSize(context.Context) Result {
 		which = "a topic created at start"
 	}
 	if k.MaxMessageBytes > r.MaxMessageBytes {
+		lower := fmt.Sprintf("--kafka.max-message-bytes=%d", r.MaxMessageBytes)
+		if k.MaxRecordBytes > r.MaxMessageBytes {
+			lower += fmt.Sprintf(" and --ingest.max-record-bytes at most that (it is %d)", k.MaxRecordBytes)
+		}
+		raise := fmt.Sprintf("raise the topic's %s to %d (kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config %s=%d)",
+			kafkasink.TopicMaxMessageBytes, k.MaxMessageBytes, k.Topic, kafkasink.TopicMaxMessageBytes, k.MaxMessageBytes)
+		if !r.Exists {
+			raise = fmt.Sprintf("create the topic with that limit first (kafka-topics.sh --create --topic %s --config %s=%d)",
+				k.Topic, kafkasink.TopicMaxMessageBytes, k.MaxMessageBytes)
+		}
 		return Fail("--kafka.max-message-bytes is %d bytes, but %s takes record batches of at most %d bytes (%s): larger batches are refused (MESSAGE_TOO_LARGE), split again and again, and records too large alone are dead-lettered; "+
-			"set --kafka.max-message-bytes=%d, or raise the topic's %s to %d (kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config %s=%d)",
-			k.MaxMessageBytes, which, r.MaxMessageBytes, r.LimitFrom, r.MaxMessageBytes, kafkasink.TopicMaxMessageBytes, k.MaxMessageBytes,
-			k.Topic, kafkasink.TopicMaxMessageBytes, k.MaxMessageBytes)
+			"set %s, or %s", k.MaxMessageBytes, which, r.MaxMessageBytes, r.LimitFrom, lower, raise)
 	}
 	return Pass("%s takes record batches of up to %d bytes (%s), at least --kafka.max-message-bytes (%d)", which, r.MaxMessageBytes, r.LimitFrom, k.MaxMessageBytes)
 }
