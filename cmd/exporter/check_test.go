@@ -1,12 +1,18 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/sinks/otel/otlptest"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
@@ -155,5 +161,56 @@ func TestCheck(t *testing.T) {
 	// The OTLP check sent one export request with no point.
 	if n := otlp.Requests(); n != 1 {
 		t.Errorf("the OTLP receiver got %d requests, want 1", n)
+	}
+}
+
+// TestCheckHTTPS26 runs `exporter check` over HTTPS against ClickHouse
+// 26.x (chDB behind testenv's server) whose tables the sink made for every
+// dataset (LowCardinality, codecs): they exist and fit, the inventory's
+// environments table is created at start, and the CA file flag reaches
+// the read-only connection.
+func TestCheckHTTPS26(t *testing.T) {
+	ch := testenv.ChDB(t)
+	_, base := startSim(t, platformsim.Config{Seed: 5})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pc, err := platform.New(platform.Config{BaseURL: base, AuthURL: base, ClientID: platformsim.DemoClientID, ClientSecret: platformsim.DemoClientSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	datasets, err := metricsapi.NewClient(pc.Metrics()).Datasets(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tls := clickhouse.TLSOptions{CAFile: ch.CAFile()}
+	db, err := clickhouse.Open(ctx, ch.HTTPSDSN("check26"), clickhouse.WithTLS(tls))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	schema := clickhouse.NewSchema(db, nil)
+	defer schema.Close()
+	for i := range datasets {
+		ds := &datasets[i]
+		if _, err := schema.Ensure(ctx, metrictables.TableSpec(metrictables.TableName(ds), metrictables.MetricsColumns(ds, nil, nil), db.Version(), 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"check", "--api.url=" + base, "--log.level=warn", "--organization-id=" + platformsim.DemoOrganizationID, "--inventory.interval=0",
+		"--clickhouse.dsn=" + ch.HTTPSDSN("check26"), "--clickhouse.tls.ca-file=" + ch.CAFile()}
+	stdout, stderr, code := testenv.RunCommand(t, exporterBin(t), args, "EDGEPIPE_CLICKHOUSE_DSN=")
+	want := []string{"ok    ClickHouse: https://" + ch.HTTPSAddr() + "/check26?secure=true: ClickHouse 26.", "over http at " + ch.HTTPSAddr() + "; database check26 exists",
+		"ok    ClickHouse tables: 7 tables: 6 exist and fit; created at start: `check26`.`environments`", "0 failed, 0 skipped"}
+	rest := stdout
+	for _, w := range want {
+		i := strings.Index(rest, w)
+		if i < 0 {
+			t.Errorf("stdout lacks %q (after the previous wants)", w)
+			break
+		}
+		rest = rest[i+len(w):]
+	}
+	if code != 0 || t.Failed() {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }
