@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platform"
@@ -212,5 +216,39 @@ func TestCheckHTTPS26(t *testing.T) {
 	}
 	if code != 0 || t.Failed() {
 		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+}
+
+// TestCheckTakesTheRunFlags: `exporter check` has every flag of the run
+// command (the extensions' included) with the same default, variable and
+// visibility, and its parsed values land where the run command reads them.
+func TestCheckTakesTheRunFlags(t *testing.T) {
+	cl := newCommandLine(io.Discard, io.Discard)
+	var run, check *kingpin.CmdModel
+	for _, c := range cl.app.Model().Commands {
+		switch c.Name {
+		case "run":
+			run = c
+		case "check":
+			check = c
+		}
+	}
+	if len(run.Flags) < 25 || len(check.Flags) != len(run.Flags) {
+		t.Fatalf("run has %d flags, check %d", len(run.Flags), len(check.Flags))
+	}
+	for i, r := range run.Flags {
+		c := check.Flags[i]
+		if c.Name != r.Name || !slices.Equal(c.Default, r.Default) || c.Envar != r.Envar || c.Hidden != r.Hidden || c.Help != r.Help {
+			t.Errorf("check --%s %+v, run --%s %+v", c.Name, c, r.Name, r)
+		}
+	}
+	t.Setenv("EDGEPIPE_CLICKHOUSE_DSN", "clickhouse://ch:9000/cdn")
+	if _, err := cl.app.Parse([]string{"check", "--poll-interval=5m", "--dataset=a", "--dataset=b"}); err != nil {
+		t.Fatal(err)
+	}
+	ext := cl.exts[0].(*clickhouseExtension)
+	if cl.run.pollInterval != 5*time.Minute || !slices.Equal(cl.run.datasets, []string{"a", "b"}) || cl.run.inventoryInterval != time.Hour ||
+		ext.flags.dsn != "clickhouse://ch:9000/cdn" || ext.flags.queueRows == 0 {
+		t.Errorf("parsed: poll %s, datasets %v, inventory %s, dsn %q, queue %d", cl.run.pollInterval, cl.run.datasets, cl.run.inventoryInterval, ext.flags.dsn, ext.flags.queueRows)
 	}
 }
