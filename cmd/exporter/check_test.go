@@ -52,10 +52,11 @@ func TestCheck(t *testing.T) {
 		org          = "--organization-id=" + platformsim.DemoOrganizationID
 		unknownID    = "0d5e0c1e-9a7b-4e62-8c57-5f1b6a2e9d40"
 		wrongSecret  = "wrong-secret-4f2a9c"
-		allScopes    = ""
 		createdLater = "check_created_at_start"
 	)
-	demo := func(scopes ...string) []platformsim.Client { return []platformsim.Client{platformsim.DemoClient(scopes...)} }
+	demo := func(scopes ...string) []platformsim.Client {
+		return []platformsim.Client{platformsim.DemoClient(scopes...)}
+	}
 	noDSN := "EDGEPIPE_CLICKHOUSE_DSN="
 	for _, tc := range []struct {
 		name    string

@@ -148,7 +148,7 @@ func TestCheck(t *testing.T) {
 			want: []string{"ok    Kafka topic later: does not exist yet: the receiver creates it at start (--kafka.create-topic, 6 partitions)",
 				"ok    Kafka message size: a topic created at start takes record batches of up to 1048588 bytes (the broker's message.max.bytes)", "0 failed"}},
 		{name: "no register", args: []string{"--no-register"},
-			want: []string{"ok    configuration: 2 environment(s), profiles managed elsewhere (--no-register), sinks: none", "2 checks: 2 passed"},
+			want:   []string{"ok    configuration: 2 environment(s), profiles managed elsewhere (--no-register), sinks: none", "2 checks: 2 passed"},
 			absent: []string{"credentials", "public URL"}},
 		{name: "no RTLD password", env: []string{"EDGEPIPE_RTLD_PASSWORD="}, code: 1,
 			want: []string{"FAIL  configuration: EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD (or --rtld.password-file) must be set", "1 checks"}},
