@@ -145,8 +145,9 @@ func (p *PublicURL) verify(chain []*x509.Certificate) error {
 }
 
 // servedChain dials addr and returns the certificates it serves for
-// serverName: reachErr when it cannot be reached, tlsErr when it answers
-// but the TLS handshake fails.
+// serverName: reachErr when it cannot be reached or drops the connection
+// (a load balancer without a ready receiver behind it), tlsErr when it
+// answers something else than TLS.
 func servedChain(ctx context.Context, addr, serverName string) (chain []*x509.Certificate, reachErr, tlsErr error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -157,7 +158,12 @@ func servedChain(ctx context.Context, addr, serverName string) (chain []*x509.Ce
 	// Verified by verify, which says what is wrong.
 	tc := tls.Client(conn, &tls.Config{ServerName: serverName, InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}) //nolint:gosec // verified below
 	if err := tc.HandshakeContext(ctx); err != nil {
-		return nil, nil, err
+		var notTLS tls.RecordHeaderError
+		var alert tls.AlertError
+		if errors.As(err, &notTLS) || errors.As(err, &alert) {
+			return nil, nil, err
+		}
+		return nil, err, nil
 	}
 	chain = tc.ConnectionState().PeerCertificates
 	if len(chain) == 0 {

@@ -3,6 +3,7 @@ package preflight
 import (
 	"context"
 	"crypto/tls"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -51,6 +52,22 @@ func TestPublicURL(t *testing.T) {
 	plain := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(plain.Close)
 	down := "https://" + testenv.FreeAddr(t)
+	// A load balancer with no ready receiver behind it: it accepts the
+	// connection and drops it.
+	lb, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lb.Close() })
+	go func() {
+		for {
+			c, err := lb.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 
 	for _, tc := range []struct {
 		name, url, webConfig string
@@ -74,6 +91,8 @@ func TestPublicURL(t *testing.T) {
 			"ok    public URL certificate: the certificate of --web.config.file (127.0.0.1:", "is not reachable from here", "for 127.0.0.1"}},
 		{"out of reach, own certificate for another host", down, webConfig(ca.Issue(t, now.Add(-time.Hour), now.Add(time.Hour), "other.example")), []string{"ok    public URL:",
 			"FAIL  public URL certificate: the certificate of --web.config.file: it does not cover 127.0.0.1"}},
+		{"dropped, own certificate", "https://" + lb.Addr().String(), webConfig(goodPEM, goodKey), []string{"ok    public URL:",
+			"ok    public URL certificate: the certificate of --web.config.file (" + lb.Addr().String() + " is not reachable from here: ", "for 127.0.0.1"}},
 		{"out of reach", down, "", []string{"ok    public URL:", "FAIL  public URL certificate: cannot reach 127.0.0.1:", "the platform cannot deliver either"}},
 		{"http", "http://rtld.example.net", "", []string{"FAIL  public URL:", "is not an https URL", "      public URL certificate: skipped: needs public URL"}},
 		{"unset", "", "", []string{"FAIL  public URL: --public-url (or EDGEPIPE_PUBLIC_URL) is not set"}},
