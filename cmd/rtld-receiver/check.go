@@ -102,6 +102,9 @@ func (x *receiverCheck) configure() error {
 	if err := checkRecordLimit(f); err != nil {
 		return err
 	}
+	if _, err := f.logMetrics.config(); err != nil {
+		return err
+	}
 	if x.clickhouse, err = clickhouseConfig(f, x.sec.clickhousePassword); err != nil {
 		return err
 	}

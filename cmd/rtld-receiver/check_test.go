@@ -150,6 +150,8 @@ func TestCheck(t *testing.T) {
 		{name: "no register", args: []string{"--no-register"},
 			want:   []string{"ok    configuration: 2 environment(s), profiles managed elsewhere (--no-register), sinks: none", "2 checks: 2 passed"},
 			absent: []string{"credentials", "public URL"}},
+		{name: "a flag the receiver refuses", args: []string{"--log-metrics.top-n=0"}, code: 1,
+			want: []string{"FAIL  configuration: --log-metrics.top-n must be at least 1", "1 checks"}},
 		{name: "no RTLD password", env: []string{"EDGEPIPE_RTLD_PASSWORD="}, code: 1,
 			want: []string{"FAIL  configuration: EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD (or --rtld.password-file) must be set", "1 checks"}},
 		{name: "simulate", args: []string{"--simulate"}, env: []string{"EDGEPIPE_ENVIRONMENT_ID=", "EDGEPIPE_PUBLIC_URL=", "EDGEPIPE_API_URL="},
