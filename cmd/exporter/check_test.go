@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -193,7 +194,7 @@ func TestCheckHTTPS26(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	schema := clickhouse.NewSchema(db, nil)
+	schema := clickhouse.NewSchema(db, slog.New(slog.DiscardHandler))
 	defer schema.Close()
 	for i := range datasets {
 		ds := &datasets[i]
