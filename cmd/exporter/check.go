@@ -23,9 +23,8 @@ const checkCallTimeout = 10 * time.Second
 
 // Names of the exporter's checks that other checks need.
 const (
-	checkConfiguration = "configuration"
-	checkEnvironments  = "environments"
-	checkDatasets      = "datasets"
+	checkEnvironments = "environments"
+	checkDatasets     = "datasets"
 )
 
 // environmentsTimeout bounds the environments check, which looks up every
@@ -60,12 +59,8 @@ func runCheck(ctx context.Context, cl *commandLine, stdout io.Writer) error {
 	if x != nil {
 		defer x.close()
 	}
-	var checks []preflight.Check
-	if err != nil {
-		checks = []preflight.Check{{Name: checkConfiguration, Run: func(context.Context) preflight.Result {
-			return preflight.Fail("%v; the other checks need a configuration the run command accepts", err)
-		}}}
-	} else {
+	checks := []preflight.Check{preflight.Configuration(nil, err)}
+	if err == nil {
 		checks = x.checks()
 	}
 	return preflight.Run(ctx, stdout, checks).Err()
@@ -113,7 +108,7 @@ func (x *exporterCheck) close() {
 // checks lists the checks of the configuration, in the order they run.
 func (x *exporterCheck) checks() []preflight.Check {
 	c, f := x.h.common, x.cl.run
-	checks := []preflight.Check{{Name: checkConfiguration, Run: func(context.Context) preflight.Result { return preflight.Pass("%s", x.describe()) }}}
+	checks := []preflight.Check{preflight.Configuration(x.describe, nil)}
 	if p := *f.web.Flags.WebConfigFile; p != "" {
 		checks = append(checks, preflight.WebConfig(p))
 	}

@@ -122,7 +122,7 @@ func TestCheck(t *testing.T) {
 		{name: "OTLP collector down", args: []string{org, "--otlp.endpoint=http://" + testenv.FreeAddr(t)}, code: 1,
 			want: []string{"FAIL  OTLP endpoint: http://127.0.0.1:", "(grpc):", "check --otlp.endpoint"}},
 		{name: "a flag the run refuses", args: []string{org, "--prometheus.max-series=-1"}, code: 1,
-			want: []string{"FAIL  configuration: --prometheus.max-series must not be negative, got -1; the other checks need a configuration the run command accepts",
+			want: []string{"FAIL  configuration: --prometheus.max-series must not be negative, got -1; the other checks need a configuration the program accepts",
 				"1 checks: 0 passed, 1 failed, 0 skipped"}, absent: []string{"credentials"}},
 		{name: "no credentials", args: []string{org}, env: []string{envClientID + "="}, code: 1,
 			want: []string{"FAIL  configuration: API credentials missing: set $EDGEPIPE_CLIENT_ID"}},
@@ -135,15 +135,7 @@ func TestCheck(t *testing.T) {
 			if code != tc.code {
 				t.Errorf("exit %d, want %d", code, tc.code)
 			}
-			rest := stdout
-			for _, w := range tc.want {
-				i := strings.Index(rest, w)
-				if i < 0 {
-					t.Errorf("stdout lacks %q (after the previous wants)", w)
-					break
-				}
-				rest = rest[i+len(w):]
-			}
+			testenv.CheckInOrder(t, stdout, tc.want)
 			for _, a := range append(tc.absent, platformsim.DemoClientSecret, wrongSecret) {
 				if strings.Contains(stdout, a) || strings.Contains(stderr, a) {
 					t.Errorf("output shows %q", a)
@@ -207,16 +199,7 @@ func TestCheckHTTPS26(t *testing.T) {
 	stdout, stderr, code := testenv.RunCommand(t, exporterBin(t), args, "EDGEPIPE_CLICKHOUSE_DSN=")
 	want := []string{"ok    ClickHouse: https://" + ch.HTTPSAddr() + "/check26?secure=true: ClickHouse 26.", "over http at " + ch.HTTPSAddr() + "; database check26 exists",
 		"ok    ClickHouse tables: 7 tables: 6 exist and fit; created at start: `check26`.`environments`", "0 failed, 0 skipped"}
-	rest := stdout
-	for _, w := range want {
-		i := strings.Index(rest, w)
-		if i < 0 {
-			t.Errorf("stdout lacks %q (after the previous wants)", w)
-			break
-		}
-		rest = rest[i+len(w):]
-	}
-	if code != 0 || t.Failed() {
+	if !testenv.CheckInOrder(t, stdout, want) || code != 0 {
 		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }

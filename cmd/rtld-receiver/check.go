@@ -24,11 +24,8 @@ import (
 // tries each once.
 const checkCallTimeout = 10 * time.Second
 
-// Names of the receiver's checks that other checks need.
-const (
-	checkConfiguration = "configuration"
-	checkEnvironments  = "environments"
-)
+// checkEnvironments is the name of the receiver's environments check.
+const checkEnvironments = "environments"
 
 // environmentsTimeout bounds the environments check (a list request per
 // environment).
@@ -40,12 +37,9 @@ const environmentsTimeout = 2 * time.Minute
 func runCheck(ctx context.Context, f *flags, stdout io.Writer) error {
 	x := &receiverCheck{f: f}
 	defer x.close()
-	var checks []preflight.Check
-	if err := x.configure(); err != nil {
-		checks = []preflight.Check{{Name: checkConfiguration, Run: func(context.Context) preflight.Result {
-			return preflight.Fail("%v; the other checks need a configuration the receiver accepts", err)
-		}}}
-	} else {
+	err := x.configure()
+	checks := []preflight.Check{preflight.Configuration(nil, err)}
+	if err == nil {
 		checks = x.checks()
 	}
 	return preflight.Run(ctx, stdout, checks).Err()
@@ -186,7 +180,7 @@ func (x *receiverCheck) configurePlatform(clientSecret string) error {
 // checks lists the checks of the configuration, in the order they run.
 func (x *receiverCheck) checks() []preflight.Check {
 	f := x.f
-	checks := []preflight.Check{{Name: checkConfiguration, Run: func(context.Context) preflight.Result { return preflight.Pass("%s", x.describe()) }}}
+	checks := []preflight.Check{preflight.Configuration(x.describe, nil)}
 	if p := *f.web.Flags.WebConfigFile; p != "" {
 		checks = append(checks, preflight.WebConfig(p))
 	}

@@ -165,15 +165,7 @@ func TestCheck(t *testing.T) {
 			if code != tc.code {
 				t.Errorf("exit %d, want %d", code, tc.code)
 			}
-			rest := stdout
-			for _, w := range tc.want {
-				i := strings.Index(rest, w)
-				if i < 0 {
-					t.Errorf("stdout lacks %q (after the previous wants)", w)
-					break
-				}
-				rest = rest[i+len(w):]
-			}
+			testenv.CheckInOrder(t, stdout, tc.want)
 			for _, a := range append(tc.absent, platformsim.DemoClientSecret, wrongSecret, rtldPassword) {
 				if strings.Contains(stdout, a) || strings.Contains(stderr, a) {
 					t.Errorf("output shows %q", a)

@@ -1,15 +1,10 @@
 package deploytest
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
@@ -76,33 +71,11 @@ func TestChartPreflightRuns(t *testing.T) {
 					t.Fatalf("%s: %d init containers", key, len(ps.InitContainers))
 				}
 				bin, args, environ := svc.commandLine(t, m, key, ps, ps.InitContainers[0], testenv.FreeAddr(t))
-				stdout, stderr, code := runToEnd(t, bin, environ, args)
+				stdout, stderr, code := testenv.RunCommandEnv(t, bin, args, environ)
 				if code != 0 || !strings.Contains(stdout, " 0 failed, 0 skipped\n") {
 					t.Errorf("%s: %s %s: exit %d\nstdout:\n%s\nstderr:\n%s", key, bin, strings.Join(args, " "), code, stdout, stderr)
 				}
 			}
 		})
 	}
-}
-
-// runToEnd runs bin with args in exactly the environment environ, to its
-// end (at most a minute).
-func runToEnd(t *testing.T, bin string, environ, args []string) (stdout, stderr string, code int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = environ
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	default:
-		t.Fatalf("run %s: %v", bin, err)
-	}
-	return out.String(), errOut.String(), code
 }

@@ -86,6 +86,22 @@ type Check struct {
 	Run func(ctx context.Context) Result
 }
 
+// CheckConfiguration is the name of a program's first check.
+const CheckConfiguration = "configuration"
+
+// Configuration is a program's first check, "configuration": it passes
+// with summary, a sum-up of the configuration, or fails with err, why the
+// program would refuse its flags and variables (a list holding only this
+// check then: the others need a configuration the program accepts).
+func Configuration(summary func() string, err error) Check {
+	return Check{Name: CheckConfiguration, Run: func(context.Context) Result {
+		if err != nil {
+			return Fail("%v; the other checks need a configuration the program accepts", err)
+		}
+		return Pass("%s", summary())
+	}}
+}
+
 // Summary counts the outcomes of Run.
 type Summary struct {
 	Passed, Failed, Skipped int
