@@ -18,7 +18,9 @@ import (
 // receiver killed with SIGKILL in the middle, land exactly once: count()
 // under FINAL and uniqExact(uuid) through the Distributed table are 2,000,
 // read through another node than the receiver writes to; both shards hold
-// records, and each shard's replicas hold the same rows.
+// records, and each shard's replicas hold the same rows. The receiver also
+// makes the environments table the Access logs dashboard joins, on every
+// node.
 func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 	const total = 2_000
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -115,5 +117,24 @@ func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 				t.Errorf("shard %d: %s holds %d rows, %s %d", shard, c.Shard(shard)[0].ReplicaName, first, n.ReplicaName, got)
 			}
 		}
+	}
+
+	// The environments table the Access logs dashboard joins for names,
+	// made by the receiver alone in its cluster form on every node, empty:
+	// the dashboard's join names the environment by its ID.
+	for _, n := range c.Nodes {
+		var engines string
+		if err := n.Conn(t).QueryRow(ctx, "SELECT arrayStringConcat(groupArray(concat(name, ' ', engine)), ', ') FROM (SELECT name, engine FROM system.tables WHERE database = '"+
+			db+"' AND name LIKE 'environments%' ORDER BY name)").Scan(&engines); err != nil {
+			t.Fatal(err)
+		}
+		if engines != "environments Distributed, environments_local ReplicatedReplacingMergeTree" {
+			t.Errorf("%s: environments tables %q", n.ReplicaName, engines)
+		}
+	}
+	var name string
+	if err := reader.QueryRow(ctx, fmt.Sprintf("SELECT if(env_name = '', environment_id, env_name) FROM (SELECT DISTINCT environment_id FROM %[1]s.access_logs) AS logs "+
+		"ANY LEFT JOIN (SELECT environment_id, environment AS env_name FROM %[1]s.environments FINAL) AS names USING environment_id", db)).Scan(&name); err != nil || name != env {
+		t.Errorf("environment named %q (%v) through the receiver's environments table, want its ID %s", name, err, env)
 	}
 }
