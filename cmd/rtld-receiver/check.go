@@ -327,8 +327,9 @@ func (x *receiverCheck) checkEnvironments(ctx context.Context) preflight.Result 
 	return preflight.Pass("%s", msg)
 }
 
-// clickhouseChecks are "ClickHouse" and "ClickHouse table access_logs", as
-// the sink would find them at start.
+// clickhouseChecks are "ClickHouse" and "ClickHouse tables" (access_logs
+// and the environments table the sink makes), as the sink would find them
+// at start.
 func (x *receiverCheck) clickhouseChecks() []preflight.Check {
 	cfg := *x.clickhouse
 	var db *clickhouse.DB
@@ -337,16 +338,10 @@ func (x *receiverCheck) clickhouseChecks() []preflight.Check {
 		x.closers = append(x.closers, func() { _ = d.Close() })
 	}
 	open := func(ctx context.Context) (*clickhouse.DB, error) { return logtable.OpenReadOnly(ctx, cfg) }
-	inspect := func(ctx context.Context) ([]*clickhouse.TableReport, error) {
-		r, err := logtable.Inspect(ctx, db, cfg)
-		if err != nil {
-			return nil, err
-		}
-		return []*clickhouse.TableReport{r}, nil
-	}
+	inspect := func(ctx context.Context) ([]*clickhouse.TableReport, error) { return logtable.Inspect(ctx, db, cfg) }
 	return []preflight.Check{
 		preflight.ClickHouse(cfg.DSN, open, keep),
-		preflight.ClickHouseTables("ClickHouse table "+logtable.Table, inspect),
+		preflight.ClickHouseTables("ClickHouse tables", inspect),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 )
 
 // OpenReadOnly connects to cfg's server with cfg's options without
@@ -16,12 +17,13 @@ func OpenReadOnly(ctx context.Context, cfg Config) (*clickhouse.DB, error) {
 	return clickhouse.Open(ctx, cfg.DSN, append(opts, clickhouse.ReadOnly())...)
 }
 
-// Inspect reports what the sink would find of access_logs on db (opened
-// with OpenReadOnly), without creating or altering anything: the columns
-// it would add (with the types the table has, as the sink reads them), and
-// as the report's Problem an *IncompatibleColumnError for a column that
-// cannot hold its field. An error means the server could not be read.
-func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config) (*clickhouse.TableReport, error) {
+// Inspect reports what the sink would find on db (opened with
+// OpenReadOnly), without creating or altering anything: access_logs, with
+// the columns it would add (with the types the table has, as the sink reads
+// them) and as its Problem an *IncompatibleColumnError for a column that
+// cannot hold its field, and the environments table the sink makes for the
+// dashboards. An error means the server could not be read.
+func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config) ([]*clickhouse.TableReport, error) {
 	cfg = cfg.withDefaults()
 	spec, err := TableSpec(db.Version(), cfg.Fields, nil, cfg.Retention)
 	if err != nil {
@@ -33,20 +35,28 @@ func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config) (*clickhouse.Ta
 	if err != nil {
 		return nil, fmt.Errorf("ClickHouse table %s: %w", db.Table(Table), err)
 	}
-	if !r.Exists || r.Problem != nil {
-		return r, nil
+	if r.Exists && r.Problem == nil {
+		checkColumns(db.Version(), cfg, r)
 	}
-	// As ensureTable reads it: the fixed columns' types, then the fields'
-	// with the types the table has.
+	envs, err := schema.Inspect(ctx, inventorytables.EnvironmentsTable())
+	if err != nil {
+		return nil, fmt.Errorf("ClickHouse table %s: %w", db.Table(inventorytables.TableEnvironments), err)
+	}
+	return []*clickhouse.TableReport{r, envs}, nil
+}
+
+// checkColumns reads the columns of an existing access_logs as
+// ensureTable does: the fixed columns' types, then the fields' with the
+// types the table has; r gets the columns to add, or the problem.
+func checkColumns(v clickhouse.Version, cfg Config, r *clickhouse.TableReport) {
 	if err := checkFixedColumns(r.Columns); err != nil {
 		r.Problem = err
-		return r, nil
+		return
 	}
-	next, err := TableSpec(db.Version(), cfg.Fields, r.Columns, cfg.Retention)
+	next, err := TableSpec(v, cfg.Fields, r.Columns, cfg.Retention)
 	if err != nil {
 		r.Problem = err
-		return r, nil
+		return
 	}
 	r.Missing = clickhouse.MissingColumns(next, r.Columns)
-	return r, nil
 }
