@@ -25,7 +25,7 @@ BENCHTIME    ?= 1s
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT         ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
 
-.PHONY: all build version demo test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet golangci-lint helm-lint clean help
+.PHONY: all build version demo docs test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet golangci-lint helm-lint clean help
 
 all: lint build test
 
@@ -44,6 +44,9 @@ version: ## print the version `make build` stamps
 
 demo: ## run simulator, exporter and receiver on loopback (and Prometheus with the chart's alerts, if installed); Ctrl-C stops all
 	@BIN=$(BIN) GO=$(GO) MAKE=$(MAKE) exec ./scripts/demo.sh
+
+docs: build ## write docs/reference/ (every flag and metric) from the programs themselves; needs clickhouse-server (`make deps`)
+	$(GO) run ./scripts/gendocs -bin $(BIN)
 
 test: ## the whole suite, integration tests included (real services; see `make deps`)
 	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
