@@ -63,11 +63,14 @@ func flagsPage(cl *cli.CommandLine) []byte {
 	return p.bytes()
 }
 
-// flattenCommands lists cmds and their subcommands, depth first; only the
-// leaves and commands with flags or help of their own get a section.
+// flattenCommands lists cmds and their subcommands, depth first, without
+// kingpin's own help command (--help says the same).
 func flattenCommands(cmds []cli.Command) []cli.Command {
 	var out []cli.Command
 	for _, c := range cmds {
+		if c.Name == "help" {
+			continue
+		}
 		out = append(out, c)
 		out = append(out, flattenCommands(c.Commands)...)
 	}
