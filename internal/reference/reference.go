@@ -24,6 +24,7 @@ package reference
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -102,7 +103,7 @@ func programsMetrics(ctx context.Context, cfg Config) ([]programMetrics, error) 
 	}
 	datasets := labelValues(scraped, "edgepipe_dataset_up", "dataset")
 	if len(datasets) == 0 {
-		return nil, fmt.Errorf("reference: the exporter's /metrics has no edgepipe_dataset_up{dataset} after the first poll: cannot tell its datasets")
+		return nil, errors.New("reference: the exporter's /metrics has no edgepipe_dataset_up{dataset} after the first poll: cannot tell its datasets")
 	}
 	receiver, err := describeMetrics(ctx, cfg.Binaries["rtld-receiver"], cfg.WorkDir, nil,
 		"--simulate", "--spool.dir="+dir("spool"),
