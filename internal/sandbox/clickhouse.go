@@ -92,16 +92,33 @@ type ClickHouse struct {
 // machine; busy ones are slower).
 const clickHouseStartTimeout = 90 * time.Second
 
-// StartClickHouse configures a server under dir (WriteClickHouseConfig) to
-// listen on addr (native protocol) and httpAddr, both host:port on
-// loopback, starts it in its own process group (killed with this process
-// on Linux) with its output in dir/log/stdout.log, and waits until it
-// answers a ping.
-func StartClickHouse(ctx context.Context, dir, addr, httpAddr string) (*ClickHouse, error) {
+// ClickHouseOptions say where a server started by StartClickHouse lives.
+type ClickHouseOptions struct {
+	// Dir holds its configuration, data and logs (WriteClickHouseConfig).
+	Dir string
+	// Addr and HTTPAddr are where it listens, host:port on loopback:
+	// the native protocol and the HTTP interface.
+	Addr, HTTPAddr string
+	// Bin is clickhouse-server, or the multi-call clickhouse binary;
+	// empty: found by ClickHouseCommand.
+	Bin string
+}
+
+// StartClickHouse configures a server as o says, starts it in its own
+// process group (killed with this process on Linux) with its output in
+// <Dir>/log/stdout.log, and waits until it answers a ping.
+func StartClickHouse(ctx context.Context, o ClickHouseOptions) (*ClickHouse, error) {
 	bin, args, err := ClickHouseCommand()
+	if o.Bin != "" {
+		bin, args, err = o.Bin, nil, nil
+		if filepath.Base(o.Bin) == "clickhouse" {
+			args = []string{"server"}
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
+	addr, httpAddr, dir := o.Addr, o.HTTPAddr, o.Dir
 	tcpPort, err := port(addr)
 	if err != nil {
 		return nil, err

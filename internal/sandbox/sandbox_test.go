@@ -32,7 +32,7 @@ func TestClickHouse(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ch, err := sandbox.StartClickHouse(ctx, filepath.Join(t.TempDir(), "ch"), freeAddr(t), freeAddr(t))
+	ch, err := sandbox.StartClickHouse(ctx, sandbox.ClickHouseOptions{Dir: filepath.Join(t.TempDir(), "ch"), Addr: freeAddr(t), HTTPAddr: freeAddr(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func run(ctx context.Context, bin, root string) error {
 			return err
 		}
 	}
-	ch, err := sandbox.StartClickHouse(ctx, filepath.Join(work, "clickhouse"), addrs[0], addrs[1])
+	ch, err := sandbox.StartClickHouse(ctx, sandbox.ClickHouseOptions{Dir: filepath.Join(work, "clickhouse"), Addr: addrs[0], HTTPAddr: addrs[1]})
 	if err != nil {
 		return err
 	}
