@@ -277,7 +277,8 @@ func TestMakeDemo(t *testing.T) {
 		if at < 0 {
 			t.Fatalf("the demo prints no queries:\n%s", out)
 		}
-		queries := regexp.MustCompile(`(?m)^    (\S.*)$`).FindAllStringSubmatch(out[at:], -1)
+		promSection, _, _ := strings.Cut(out[at:], "\n\n") // the ClickHouse queries follow
+		queries := regexp.MustCompile(`(?m)^    (\S.*)$`).FindAllStringSubmatch(promSection, -1)
 		if len(queries) != 3 {
 			t.Fatalf("the demo prints %d queries, want 3:\n%s", len(queries), out)
 		}
