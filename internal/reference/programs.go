@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -81,9 +82,15 @@ func output(ctx context.Context, bin string, argv, env []string) ([]byte, error)
 // listeningOn is exporter-toolkit's log line naming the address it serves.
 var listeningOn = regexp.MustCompile(`msg="Listening on" address=(\S+)`)
 
+// awaitFamilies bounds how long scrapeWhenReady waits, after /readyz, for
+// the families it is told to await: those appear within seconds of the
+// first poll, or only with an event a healthy run never has.
+const awaitFamilies = 30 * time.Second
+
 // scrapeWhenReady starts bin with args on a free loopback port, waits until
-// its /readyz answers 200, scrapes /metrics and stops it.
-func scrapeWhenReady(ctx context.Context, bin string, env []string, args ...string) (map[string]*dto.MetricFamily, error) {
+// its /readyz answers 200, scrapes /metrics until it has every family of
+// await (at most awaitFamilies) and stops it.
+func scrapeWhenReady(ctx context.Context, bin string, env, await []string, args ...string) (map[string]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, runTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append(args, "--web.listen-address=127.0.0.1:0")...)
@@ -108,7 +115,7 @@ func scrapeWhenReady(ctx context.Context, bin string, env []string, args ...stri
 			if err := waitReady(ctx, base+"/readyz"); err != nil {
 				return nil, err
 			}
-			return scrape(ctx, base+"/metrics")
+			return scrapeAwaiting(ctx, base+"/metrics", await)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("not listening: %w", ctx.Err())
 		}
@@ -169,6 +176,27 @@ func waitReady(ctx context.Context, url string) error {
 		case <-ctx.Done():
 			return fmt.Errorf("%s never answered 200: %w", url, ctx.Err())
 		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// scrapeAwaiting scrapes url until the exposition has every family of
+// await, or awaitFamilies passed, and returns the last scrape.
+func scrapeAwaiting(ctx context.Context, url string, await []string) (map[string]*dto.MetricFamily, error) {
+	deadline := time.Now().Add(awaitFamilies)
+	for {
+		mfs, err := scrape(ctx, url)
+		if err != nil {
+			return nil, err
+		}
+		missing := slices.ContainsFunc(await, func(name string) bool { return mfs[name] == nil })
+		if !missing || time.Now().After(deadline) {
+			return mfs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
 		}
 	}
 }

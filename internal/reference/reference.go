@@ -86,18 +86,26 @@ func Generate(ctx context.Context, cfg Config) (map[string][]byte, error) {
 // programsMetrics describes the metrics of the exporter and the receiver.
 func programsMetrics(ctx context.Context, cfg Config) ([]programMetrics, error) {
 	dir := func(name string) string { return filepath.Join(cfg.WorkDir, name) }
-	// Every sink on; the simulator in-process (--simulate).
-	exporterArgs := []string{"--simulate", "--state.dir=" + dir("exporter-state"),
-		"--clickhouse.dsn=" + cfg.ClickHouseDSN,
-		"--otlp.endpoint=http://127.0.0.1:4317", "--otlp.protocol=http/protobuf"}
-	exporter, err := describeMetrics(ctx, cfg.Binaries["exporter"], cfg.WorkDir, nil, exporterArgs...)
+	// Every sink on; the simulator in-process (--simulate). The OTLP sink
+	// exports to nothing: only its metrics matter.
+	exporterArgs := func(stateDir string) []string {
+		return []string{"--simulate", "--state.dir=" + dir(stateDir), "--clickhouse.dsn=" + cfg.ClickHouseDSN,
+			"--otlp.endpoint=http://127.0.0.1:4317", "--otlp.protocol=http/protobuf"}
+	}
+	exporter, err := describeMetrics(ctx, cfg.Binaries["exporter"], cfg.WorkDir, nil, exporterArgs("exporter-state")...)
 	if err != nil {
 		return nil, err
 	}
 	// The dataset metrics, and the types of families without series at
-	// start-up, from a run until the first poll of every dataset (the
-	// Prometheus sink alone: nothing else adds to /metrics).
-	scraped, err := scrapeWhenReady(ctx, cfg.Binaries["exporter"], nil, "--simulate", "--state.dir="+dir("exporter-scrape-state"))
+	// start-up, from a run with the same sinks until the first poll of
+	// every dataset (and, for a while, until the untyped families appear).
+	var untyped []string
+	for _, mf := range exporter {
+		if mf.Type == "" {
+			untyped = append(untyped, mf.Name)
+		}
+	}
+	scraped, err := scrapeWhenReady(ctx, cfg.Binaries["exporter"], nil, untyped, exporterArgs("exporter-run-state")...)
 	if err != nil {
 		return nil, err
 	}
