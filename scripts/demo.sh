@@ -87,6 +87,7 @@ check_free() {
 
 prometheus=$(find_program "$PROMETHEUS_BIN")
 clickhouse=$(find_program "$CLICKHOUSE_BIN")
+[ -z "${EDGEPIPE_CLICKHOUSE_DSN:-}${EDGEPIPE_KAFKA_BROKERS:-}" ] || clickhouse="" # your own sinks
 check_free "$SIM_ADDR" SIM_ADDR
 check_free "$EXPORTER_ADDR" EXPORTER_ADDR
 check_free "$RECEIVER_ADDR" RECEIVER_ADDR
@@ -191,7 +192,8 @@ YML
 
 # ClickHouse and a Kafka broker for both programs' sinks, when
 # clickhouse-server is installed (scripts/demosinks, built here: it is a
-# demo tool, not a product binary).
+# demo tool, not a product binary), unless EDGEPIPE_CLICKHOUSE_DSN or
+# EDGEPIPE_KAFKA_BROKERS name sinks of your own, which the programs then use.
 have_sinks=false
 exporter_sinks=()
 receiver_sinks=()
@@ -208,6 +210,8 @@ if [ -n "$clickhouse" ]; then
 	receiver_sinks=(--kafka.brokers="$KAFKA_ADDR" --kafka.topic="$KAFKA_TOPIC"
 		--clickhouse.dsn="clickhouse://$CLICKHOUSE_ADDR/$CLICKHOUSE_DB")
 	have_sinks=true
+elif [ -n "${EDGEPIPE_CLICKHOUSE_DSN:-}${EDGEPIPE_KAFKA_BROKERS:-}" ]; then
+	echo "demo: EDGEPIPE_CLICKHOUSE_DSN or EDGEPIPE_KAFKA_BROKERS is set: the programs use your sinks, the demo starts none"
 elif [ "$CLICKHOUSE_BIN" != none ]; then
 	echo "demo: clickhouse-server not found (\`make deps\` installs it), so ClickHouse and Kafka are left out"
 fi
