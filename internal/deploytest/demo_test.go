@@ -523,8 +523,11 @@ func checkDemoSinks(t *testing.T, out string, clients []string) {
 			}
 			for _, r := range rows {
 				var rec map[string]any
-				if err := json.Unmarshal([]byte(strings.Join(r, "\t")), &rec); err != nil || rec["environment_id"] == nil {
-					return fmt.Errorf("message %q is not an access-log record: %v", r, err)
+				if err := json.Unmarshal([]byte(strings.Join(r, "\t")), &rec); err != nil {
+					return fmt.Errorf("message %q is not JSON: %w", r, err)
+				}
+				if rec["environment_id"] == nil {
+					return fmt.Errorf("message %q is not an access-log record", r)
 				}
 			}
 			return nil
