@@ -12,7 +12,9 @@ import (
 func flagsPage(cl *cli.CommandLine) []byte {
 	p := newPage(fmt.Sprintf("the flag definitions of cmd/%s (`%s --help-json`)", cl.Name, cl.Name))
 	p.para("# %s flags", cl.Name)
-	p.para("%s", cl.Help)
+	for _, para := range strings.Split(cl.Help, "\n\n") {
+		p.para("%s", inline(para))
+	}
 	p.para("`%s --help` prints these flags too, and `%s <command> --help` those of a command. "+
 		"A flag is given as `--name=value`, a boolean flag as `--name` or `--no-name`; "+
 		"a flag with an environment variable takes the variable's value when the flag is not given. "+
@@ -35,7 +37,7 @@ func flagsPage(cl *cli.CommandLine) []byte {
 			if c.Default {
 				name += " (default)"
 			}
-			rows = append(rows, []string{name, cell(c.Help)})
+			rows = append(rows, []string{name, inline(c.Help)})
 		}
 		p.para("## Commands")
 		p.table([]string{"command", "description"}, rows)
@@ -47,13 +49,13 @@ func flagsPage(cl *cli.CommandLine) []byte {
 		if c.Default {
 			p.para("The default command: `%s [<flags>]` is `%s %s [<flags>]`.", cl.Name, cl.Name, c.Name)
 		}
-		p.para("%s", cell(c.Help))
+		p.para("%s", inline(c.Help))
 		for _, a := range c.Args {
 			req := "optional"
 			if a.Required {
 				req = "required"
 			}
-			p.para("Argument %s (%s): %s", code("<"+a.Name+">"), req, cell(a.Help))
+			p.para("Argument %s (%s): %s", code("<"+a.Name+">"), req, inline(a.Help))
 		}
 		if len(c.Flags) > 0 {
 			flagTable(p, c.Flags)
@@ -89,7 +91,7 @@ func flagTable(p *page, flags []cli.Flag) {
 		if f.SecretEnv != "" {
 			env = "instead: " + codeList([]string{f.SecretEnv, f.SecretEnv + "_FILE"})
 		}
-		rows = append(rows, []string{name, flagValue(f), codeList(flagDefault(f)), env, cell(f.Help)})
+		rows = append(rows, []string{name, flagValue(f), codeList(flagDefault(f)), env, inline(f.Help)})
 	}
 	p.table([]string{"flag", "value", "default", "environment", "description"}, rows)
 }

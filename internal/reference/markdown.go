@@ -34,7 +34,7 @@ func (p *page) para(format string, args ...any) {
 }
 
 // table writes a table with header; every cell is written as given
-// (escape text with cell).
+// (escape text with inline).
 func (p *page) table(header []string, rows [][]string) {
 	p.line("| %s |", strings.Join(header, " | "))
 	sep := make([]string, len(header))
@@ -76,10 +76,11 @@ func codeList(items []string) string {
 	return strings.Join(out, ", ")
 }
 
-// cell is text as it reads in a table cell: on one line, with the
-// characters Markdown would take for markup escaped (a help text saying
-// "<spool.dir>/dead-letter/*" must not become an HTML tag or emphasis).
-func cell(text string) string {
+// inline is text as it reads in a table cell or a paragraph: on one line,
+// with the characters Markdown would take for markup escaped (a help text
+// saying "<spool.dir>/dead-letter/*" must not become an HTML tag or
+// emphasis).
+func inline(text string) string {
 	text = strings.Join(strings.Fields(text), " ")
 	var b strings.Builder
 	runes := []rune(text)

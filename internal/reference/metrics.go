@@ -143,7 +143,7 @@ func metricsPage(programs []programMetrics, prefix string) []byte {
 			if mf.Series {
 				when = "at start"
 			}
-			rows = append(rows, []string{code(mf.Name), typeName(mf.Type), codeList(mf.Labels), when, cell(mf.Help)})
+			rows = append(rows, []string{code(mf.Name), typeName(mf.Type), codeList(mf.Labels), when, inline(mf.Help)})
 		}
 		p.table([]string{"metric", "type", "labels", "series", "description"}, rows)
 		if pm.datasets != nil {
@@ -179,7 +179,7 @@ func datasetSection(p *page, datasets map[string][]cli.MetricFamily, prefix stri
 		p.para("#### %s", code(ds))
 		var rows [][]string
 		for _, mf := range datasets[ds] {
-			rows = append(rows, []string{code(mf.Name), typeName(mf.Type), codeList(mf.Labels), cell(mf.Help)})
+			rows = append(rows, []string{code(mf.Name), typeName(mf.Type), codeList(mf.Labels), inline(mf.Help)})
 		}
 		p.table([]string{"metric", "type", "labels", "description"}, rows)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/doclinks"
 )
 
-func TestCell(t *testing.T) {
+func TestInline(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"plain text", "plain text"},
 		{"kept in <spool.dir>/dead-letter/<sink>/", "kept in &lt;spool.dir&gt;/dead-letter/&lt;sink&gt;/"},
@@ -24,8 +24,8 @@ func TestCell(t *testing.T) {
 		{"a | b `c` [d]", "a \\| b \\`c\\` \\[d\\]"},
 		{"two\nlines  and   spaces", "two lines and spaces"},
 	} {
-		if got := cell(tc.in); got != tc.want {
-			t.Errorf("cell(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := inline(tc.in); got != tc.want {
+			t.Errorf("inline(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 	if got := code("a`b"); got != "``a`b``" {
