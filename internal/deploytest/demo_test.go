@@ -164,7 +164,7 @@ func (d *demoRun) stop(t *testing.T, ctrlC bool) {
 // installed, checks the Prometheus it prints has both programs' targets up
 // (the receiver's over TLS, verified against the demo's certificate) and
 // exactly the chart's alerts loaded and evaluating, that the chart's alert
-// selectors match the demo's targets, that the three queries it prints
+// selectors match the demo's targets, that the four queries it prints
 // return data and that the binaries carry `make version`'s stamp; runs the
 // three ClickHouse queries and the kcat command it prints, which must show
 // access-log records in access_logs, rows in a metrics table and records on
@@ -279,8 +279,8 @@ func TestMakeDemo(t *testing.T) {
 		}
 		promSection, _, _ := strings.Cut(out[at:], "\n\n") // the ClickHouse queries follow
 		queries := regexp.MustCompile(`(?m)^    (\S.*)$`).FindAllStringSubmatch(promSection, -1)
-		if len(queries) != 3 {
-			t.Fatalf("the demo prints %d queries, want 3:\n%s", len(queries), out)
+		if len(queries) != 4 {
+			t.Fatalf("the demo prints %d queries, want 4:\n%s", len(queries), out)
 		}
 		for _, q := range queries {
 			waitFor(t, 90*time.Second, func(ctx context.Context) error {
