@@ -28,8 +28,8 @@ func leftOut(name string) bool {
 	return strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_")
 }
 
-// merge builds a program's metrics from its start-up description and,
-// optionally, the scrape of an exercised run: a family only the scrape has
+// merge builds a program's metrics from its start-up description and the
+// scrape of an exercised run: a family only the scrape has
 // is a dataset metric when its name is <prefix>_<dataset>_… for a dataset
 // of datasets, and a program metric otherwise; a described family whose
 // type nothing told at start-up takes the scrape's.
@@ -125,7 +125,8 @@ func metricsPage(programs []programMetrics, prefix string) []byte {
 		"built-in platform simulator, and once started up it describes its registry (the hidden flag " +
 		"`--web.describe-metrics`) instead of serving: every registered collector's descriptors give the names, " +
 		"help and labels; a family's series, or for a labelled metric without series yet its registered collector, " +
-		"give the type.")
+		"give the type, and where neither tells (a collector of its own without series yet), the program's " +
+		"`/metrics` once it has run for a while.")
 	p.line("- **Series**: *at start* means the metric has series as soon as the program has started; " +
 		"*after an event* means it appears with the first event it counts or measures (a labelled counter gets " +
 		"a series per label set the first time it counts one, e.g. `{dataset=\"…\"}` at a dataset's first poll). " +

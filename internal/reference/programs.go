@@ -85,7 +85,7 @@ var listeningOn = regexp.MustCompile(`msg="Listening on" address=(\S+)`)
 // awaitFamilies bounds how long scrapeWhenReady waits, after /readyz, for
 // the families it is told to await: those appear within seconds of the
 // first poll, or only with an event a healthy run never has.
-const awaitFamilies = 30 * time.Second
+const awaitFamilies = time.Minute
 
 // scrapeWhenReady starts bin with args on a free loopback port, waits until
 // its /readyz answers 200, scrapes /metrics until it has every family of

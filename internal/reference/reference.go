@@ -31,6 +31,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/edgepipe/edgepipe/internal/cli"
 )
 
 // Dir is where the pages go, relative to the repository's root.
@@ -88,41 +92,51 @@ func programsMetrics(ctx context.Context, cfg Config) ([]programMetrics, error) 
 	dir := func(name string) string { return filepath.Join(cfg.WorkDir, name) }
 	// Every sink on; the simulator in-process (--simulate). The OTLP sink
 	// exports to nothing: only its metrics matter.
-	exporterArgs := func(stateDir string) []string {
-		return []string{"--simulate", "--state.dir=" + dir(stateDir), "--clickhouse.dsn=" + cfg.ClickHouseDSN,
+	exporter, exporterRun, err := describeAndRun(ctx, cfg.Binaries["exporter"], cfg.WorkDir, func(run string) []string {
+		return []string{"--simulate", "--state.dir=" + dir("exporter-"+run), "--clickhouse.dsn=" + cfg.ClickHouseDSN,
 			"--otlp.endpoint=http://127.0.0.1:4317", "--otlp.protocol=http/protobuf"}
-	}
-	exporter, err := describeMetrics(ctx, cfg.Binaries["exporter"], cfg.WorkDir, nil, exporterArgs("exporter-state")...)
+	})
 	if err != nil {
 		return nil, err
 	}
-	// The dataset metrics, and the types of families without series at
-	// start-up, from a run with the same sinks until the first poll of
-	// every dataset (and, for a while, until the untyped families appear).
-	var untyped []string
-	for _, mf := range exporter {
-		if mf.Type == "" {
-			untyped = append(untyped, mf.Name)
-		}
-	}
-	scraped, err := scrapeWhenReady(ctx, cfg.Binaries["exporter"], nil, untyped, exporterArgs("exporter-run-state")...)
-	if err != nil {
-		return nil, err
-	}
-	datasets := labelValues(scraped, "edgepipe_dataset_up", "dataset")
+	datasets := labelValues(exporterRun, "edgepipe_dataset_up", "dataset")
 	if len(datasets) == 0 {
 		return nil, errors.New("reference: the exporter's /metrics has no edgepipe_dataset_up{dataset} after the first poll: cannot tell its datasets")
 	}
-	receiver, err := describeMetrics(ctx, cfg.Binaries["rtld-receiver"], cfg.WorkDir, nil,
-		"--simulate", "--spool.dir="+dir("spool"),
-		"--kafka.brokers="+cfg.KafkaBrokers, "--clickhouse.dsn="+cfg.ClickHouseDSN)
+	receiver, receiverRun, err := describeAndRun(ctx, cfg.Binaries["rtld-receiver"], cfg.WorkDir, func(run string) []string {
+		return []string{"--simulate", "--spool.dir=" + dir("spool-"+run),
+			"--kafka.brokers=" + cfg.KafkaBrokers, "--clickhouse.dsn=" + cfg.ClickHouseDSN}
+	})
 	if err != nil {
 		return nil, err
 	}
 	return []programMetrics{
-		merge("exporter", exporter, scraped, datasetPrefix, datasets),
-		merge("rtld-receiver", receiver, nil, datasetPrefix, nil),
+		merge("exporter", exporter, exporterRun, datasetPrefix, datasets),
+		merge("rtld-receiver", receiver, receiverRun, datasetPrefix, nil),
 	}, nil
+}
+
+// describeAndRun describes the metrics of bin started with args("describe"),
+// then runs it with args("run") until it is ready and, for a while, until
+// the families described without a type have series, and returns the
+// description and that run's /metrics: the exporter's dataset metrics are
+// there, and the types a start-up could not tell.
+func describeAndRun(ctx context.Context, bin, workDir string, args func(run string) []string) ([]cli.MetricFamily, map[string]*dto.MetricFamily, error) {
+	described, err := describeMetrics(ctx, bin, workDir, nil, args("describe")...)
+	if err != nil {
+		return nil, nil, err
+	}
+	var untyped []string
+	for _, mf := range described {
+		if mf.Type == "" {
+			untyped = append(untyped, mf.Name)
+		}
+	}
+	scraped, err := scrapeWhenReady(ctx, bin, nil, untyped, args("run")...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return described, scraped, nil
 }
 
 // indexPage lists the pages.
