@@ -42,7 +42,7 @@ import (
 // --version or --help-json, which Parse printed, and by Web.NewServer when
 // --web.describe-metrics asked for the program's metrics, which it wrote:
 // the program should exit with status 0.
-var ErrPrinted = errors.New("help or version printed")
+var ErrPrinted = errors.New("help, version or description printed")
 
 // FlagGroup is where flags are added: an *App, its *kingpin.Application or
 // a *kingpin.CmdClause.
