@@ -153,9 +153,21 @@ func StartClickHouse(ctx context.Context, o ClickHouseOptions) (*ClickHouse, err
 	}()
 	if err := c.waitReady(ctx); err != nil {
 		c.Stop()
-		return nil, fmt.Errorf("clickhouse-server (log in %s): %w", filepath.Join(dir, "log"), err)
+		return nil, fmt.Errorf("clickhouse-server (log in %s): %w\n%s", filepath.Join(dir, "log"), err, c.errorLog())
 	}
 	return c, nil
+}
+
+// errorLog returns the end of the server's error log, for messages.
+func (c *ClickHouse) errorLog() string {
+	b, err := os.ReadFile(filepath.Join(c.dir, "log", "clickhouse-server.err.log"))
+	if err != nil {
+		return ""
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
 }
 
 func port(addr string) (int, error) {
