@@ -44,7 +44,7 @@ build: ## build the binaries into ./bin (static, version-stamped)
 version: ## print the version `make build` stamps
 	@echo $(VERSION)
 
-demo: ## run simulator, exporter and receiver on loopback (and Prometheus with the chart's alerts, if installed); Ctrl-C stops all
+demo: ## run simulator, exporter and receiver on loopback (and Prometheus with the chart's alerts, ClickHouse and Kafka, if installed); Ctrl-C stops all
 	@BIN=$(BIN) GO=$(GO) MAKE=$(MAKE) exec ./scripts/demo.sh
 
 docs: build ## write docs/reference/ (every flag and metric) from the programs themselves; needs clickhouse-server (`make deps`)
