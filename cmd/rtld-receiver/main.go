@@ -50,7 +50,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	if err != nil && !errors.Is(err, cli.ErrPrinted) { // ErrPrinted: the metrics were described
 		fmt.Fprintln(os.Stderr, "rtld-receiver:", err)
 		os.Exit(1)
 	}
@@ -346,8 +346,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				{Address: "/readyz", Text: "Readiness", Description: "ready while the spool takes batches"},
 			},
 		},
-		Metrics: cli.MetricsHandler(rcv.Registry(), log),
-		Handler: rcv.Handler(),
+		Metrics:  cli.MetricsHandler(rcv.Registry(), log),
+		Registry: rcv.Registry(),
+		Handler:  rcv.Handler(),
 		Server: &http.Server{
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       2 * time.Minute,

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -210,11 +211,12 @@ func New(cfg Config) (_ *Receiver, err error) {
 	}
 	r.spool = sp
 	r.reg.MustRegister(rtld.NewSpoolCollector(sp))
-	r.dead, err = deadletter.Open(deadletter.Options{Dir: filepath.Join(cfg.SpoolDir, deadletter.DirName), MaxBytes: cfg.DeadLetterMaxBytes, Logger: cfg.Logger})
+	r.dead, err = deadletter.Open(deadletter.Options{Dir: filepath.Join(cfg.SpoolDir, deadletter.DirName), MaxBytes: cfg.DeadLetterMaxBytes,
+		Logger: cfg.Logger, Sinks: slices.Sorted(maps.Keys(r.sinks))})
 	if err != nil {
 		return nil, err
 	}
-	r.reg.MustRegister(r.dead)
+	r.reg.MustRegister(r.dead.Collectors()...)
 	r.gaps, err = rtld.NewGapTracker(cfg.SpoolDir, cfg.GapGrace, r.metrics, cfg.Logger)
 	if err != nil {
 		return nil, err
