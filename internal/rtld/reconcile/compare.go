@@ -201,7 +201,7 @@ func (r *Reconciler) fill(ctx context.Context, sp Spool, rd SpoolReader, now tim
 // apiFailed holds (or, forbidden, skips) every bucket to compare.
 func (r *Reconciler) apiFailed(err error, now time.Time, plans []*envPlan) {
 	if isForbidden(err) {
-		r.forbiddenSeen()
+		r.forbiddenSeen(err)
 		for _, c := range candidates(plans) {
 			c.bucket().reason = ReasonForbidden
 		}
@@ -387,23 +387,24 @@ func isForbidden(err error) bool {
 	return e.Status == http.StatusForbidden || e.Code == "invalid_scope" || e.Code == "insufficient_scope"
 }
 
-// forbiddenSeen notes that the API refused the scope (logged once).
-func (r *Reconciler) forbiddenSeen() {
-	r.store.mu.Lock()
+// forbiddenSeen notes that the API refused the scope, saying so once.
+func (r *Reconciler) forbiddenSeen(err error) {
+	r.mu.Lock()
 	first := !r.forbidden
 	r.forbidden = true
-	r.store.mu.Unlock()
+	r.mu.Unlock()
 	if first {
-		r.log.Debug("reconcile: the Metrics API refuses the client's scope")
+		r.log.Warn("reconcile: the API client lacks the app.metrics scope: log delivery cannot be checked against the Metrics API, every bucket is skipped with reason=forbidden; ingest is not affected",
+			"err", err)
 	}
 }
 
 // forbiddenGone notes that the API answered.
 func (r *Reconciler) forbiddenGone() {
-	r.store.mu.Lock()
+	r.mu.Lock()
 	was := r.forbidden
 	r.forbidden = false
-	r.store.mu.Unlock()
+	r.mu.Unlock()
 	if was {
 		r.log.Info("reconcile: the Metrics API answers now (app.metrics granted): buckets are compared again")
 	}

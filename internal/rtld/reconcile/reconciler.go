@@ -81,8 +81,9 @@ type Config struct {
 	// Clock follows the platform's time; it must be the DateObserver of
 	// the platform client behind Metrics and the profile calls.
 	Clock *PlatformTime
-	// ProfileName is the receiver's profile name; Destination returns its
-	// destination_endpoint in an environment.
+	// ProfileName is the receiver's profile name; Destination, when set,
+	// returns its destination_endpoint in an environment (a profile posting
+	// elsewhere does not deliver here). Without it any destination counts.
 	ProfileName string
 	Destination func(env string) string
 	// Registerer receives the metrics (none when nil).
@@ -144,8 +145,8 @@ func (c Config) validate() error {
 	if c.Dir == "" {
 		errs = append(errs, errors.New("no state directory"))
 	}
-	if c.Metrics == nil || c.Clock == nil || c.Destination == nil || c.ProfileName == "" {
-		errs = append(errs, errors.New("the Metrics API, the platform clock and the profile's name and destination are required"))
+	if c.Metrics == nil || c.Clock == nil || c.ProfileName == "" {
+		errs = append(errs, errors.New("the Metrics API, the platform clock and the profile's name are required"))
 	}
 	return errors.Join(errs...)
 }
@@ -168,6 +169,7 @@ type Reconciler struct {
 	// resent what it could not deliver while the receiver was down.
 	upSince time.Time
 	// forbidden is set while the Metrics API refuses the client's scope.
+	mu        sync.Mutex
 	forbidden bool
 	// lastRecount is when ClickHouse counts were last taken again for
 	// late records.
@@ -210,16 +212,17 @@ func (r *Reconciler) CountsSpool() bool { return r.cfg.Counts == CountsSpool }
 
 // Tap returns api with the profile calls observed (see ProfileTap).
 func (r *Reconciler) Tap(api ProfileAPI) *ProfileTap {
-	return &ProfileTap{api: api, name: r.cfg.ProfileName, clock: r.cfg.Clock,
-		destination: func(env string) string { return strings.TrimRight(r.cfg.Destination(env), "/") },
-		observe:     r.store.observe}
+	t := &ProfileTap{api: api, name: r.cfg.ProfileName, clock: r.cfg.Clock, observe: r.store.observe}
+	if d := r.cfg.Destination; d != nil {
+		t.destination = func(env string) string { return strings.TrimRight(d(env), "/") }
+	}
+	return t
 }
 
 // Run counts, reports and compares until ctx ends, then saves the state.
 // sp and rd are the spool and the SpoolReaderName reader (spool counts);
 // watch, when not nil, is the tap Run lists the profiles through every
-// watchEvery (when no registrar does). It closes the state and ClickHouse
-// connection before it returns.
+// watchEvery (when no registrar does). Call Close after it returned.
 func (r *Reconciler) Run(ctx context.Context, sp Spool, rd SpoolReader, watch *ProfileTap, watchEvery time.Duration) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -258,11 +261,16 @@ func (r *Reconciler) Run(ctx context.Context, sp Spool, rd SpoolReader, watch *P
 	if _, err := r.store.save(); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, r.store.Close())
-	if r.ch != nil {
-		errs = append(errs, r.ch.Close())
-	}
 	return errors.Join(errs...)
+}
+
+// Close closes the state file and the ClickHouse connection.
+func (r *Reconciler) Close() error {
+	err := r.store.Close()
+	if r.ch != nil {
+		err = errors.Join(err, r.ch.Close())
+	}
+	return err
 }
 
 // watch lists every environment's profile through tap every interval.
@@ -306,9 +314,7 @@ func (r *Reconciler) probe(ctx context.Context) {
 	switch {
 	case err == nil, ctx.Err() != nil:
 	case isForbidden(err):
-		r.log.Warn("reconcile: the API client lacks the app.metrics scope: log delivery cannot be checked against the Metrics API, every bucket is skipped with reason=forbidden; ingest is not affected",
-			"err", err)
-		r.forbiddenSeen()
+		r.forbiddenSeen(err)
 	default:
 		r.log.Warn("reconcile: the Metrics API does not answer yet; buckets wait for it", "err", err)
 	}

@@ -29,7 +29,7 @@ type ProfileAPI interface {
 type ProfileTap struct {
 	api         ProfileAPI
 	name        string
-	destination func(env string) string
+	destination func(env string) string // nil: any
 	clock       *PlatformTime
 	observe     func(env string, s ProfileState, lo, hi time.Time)
 }
@@ -114,10 +114,9 @@ type profileView struct {
 }
 
 func (t *ProfileTap) stateOf(p *profileView) ProfileState {
-	s := ProfileState{
-		Delivering: p.Enabled && p.DeliveryMethod.Type == "http_post" &&
-			strings.TrimRight(p.DeliveryMethod.DestinationEndpoint, "/") == t.destination(p.EnvironmentID),
-		Percent: 100,
+	s := ProfileState{Delivering: p.Enabled && p.DeliveryMethod.Type == "http_post", Percent: 100}
+	if t.destination != nil && strings.TrimRight(p.DeliveryMethod.DestinationEndpoint, "/") != t.destination(p.EnvironmentID) {
+		s.Delivering = false
 	}
 	if p.DownsamplingPercent != nil {
 		s.Percent = *p.DownsamplingPercent
