@@ -1,0 +1,344 @@
+package receiver_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/platform"
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+// The reconciliation tests run the receiver binary against the simulator
+// on a fast clock: the platform's time (the simulator's clock, which the
+// receiver learns from the Date headers) runs simSpeed times the wall
+// clock, so a FIVE_MINUTES bucket passes in five seconds.
+const simSpeed = 60
+
+// simStart is when the simulated clock starts: a weekday morning.
+var simStart = time.Date(2026, 11, 23, 10, 2, 30, 0, time.UTC)
+
+// fastClock is a simulated clock running simSpeed times the wall clock
+// from simStart.
+type fastClock struct{ wall time.Time }
+
+func newFastClock() fastClock { return fastClock{wall: time.Now()} }
+
+func (c fastClock) Now() time.Time {
+	return simStart.Add(time.Duration(float64(time.Since(c.wall)) * simSpeed))
+}
+
+// reconcileRun is a simulator on a fast clock and the receiver binary
+// reconciling its environments, writing into ClickHouse.
+type reconcileRun struct {
+	sim     *platformsim.Server
+	apiURL  string
+	cert    testCert
+	envs    []string
+	ch      *testenv.ClickHouseServer
+	db      string
+	clock   fastClock
+	profile map[string]int64
+}
+
+// reconcileFlags are the receiver's flags for a fast clock: compare a
+// bucket 6 simulated minutes after it ends, look every 300 ms of wall
+// time, check the profiles every 500 ms (a simulated half minute).
+var reconcileFlags = []string{"--reconcile.delay=6m", "--reconcile.interval=300ms", "--register.interval=500ms"}
+
+// receiverEnv holds the API and ingest credentials of the test receivers.
+var receiverEnv = []string{
+	"EDGEPIPE_CLIENT_ID=" + platformsim.DemoClientID, "EDGEPIPE_CLIENT_SECRET=" + platformsim.DemoClientSecret,
+	"EDGEPIPE_RTLD_USERNAME=platform", "EDGEPIPE_RTLD_PASSWORD=correct horse",
+}
+
+// startReconcileSim starts a simulator of envs environments on a fast
+// clock with the given delivery faults, and ClickHouse.
+func startReconcileSim(t *testing.T, envs int, faults platformsim.DeliveryFaults) *reconcileRun {
+	t.Helper()
+	r := &reconcileRun{cert: newTestCert(t), clock: newFastClock(), profile: map[string]int64{}}
+	r.ch = testenv.ClickHouse(t)
+	r.db = r.ch.NewDatabase(t)
+	var err error
+	r.sim, err = platformsim.New(platformsim.Config{
+		Seed: 19, Properties: 2, Environments: envs, TrafficScale: 0.02, LateData: 4 * time.Minute, Now: r.clock.Now,
+		Delivery: platformsim.DeliveryConfig{
+			Live: true, BatchSize: 100, AgentsPerEnvironment: 2, RetryInterval: 100 * time.Millisecond,
+			RequestTimeout: 10 * time.Second, TLSConfig: &tls.Config{RootCAs: r.cert.pool}, Faults: faults,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.sim.Close() })
+	if r.apiURL, err = r.sim.Start("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	r.envs = r.busiest(t, envs)
+	return r
+}
+
+// busiest returns the simulator's n environments in order of their
+// requests over the hour the tests run, busiest first, so the faults and
+// the sampling of the first ones act on real numbers of records.
+func (r *reconcileRun) busiest(t *testing.T, n int) []string {
+	t.Helper()
+	const ds = "edge_usage_by_country"
+	col := slices.Index(r.sim.DatasetMetrics(ds), "requests_edge_total")
+	sum := map[string]float64{}
+	all := r.sim.EnvironmentIDs()
+	for _, env := range all {
+		rows, err := r.sim.Rows(ds, env, metricsapi.FiveMinutes, simStart, simStart.Add(time.Hour), simStart.Add(2*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range rows {
+			sum[env] += row.Values[col]
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return sum[all[i]] > sum[all[j]] })
+	return all[:n]
+}
+
+// receiverArgs returns the flags of a receiver listening at addr (TLS),
+// spooling in dir, with extra flags.
+func (r *reconcileRun) receiverArgs(t *testing.T, addr, publicURL, dir string, extra ...string) []string {
+	args := []string{
+		"--api.url=" + r.apiURL, "--auth.url=" + r.apiURL, "--public-url=" + publicURL,
+		"--web.listen-address=" + addr, "--spool.dir=" + dir, "--clickhouse.dsn=" + r.ch.DSN(r.db),
+	}
+	for _, e := range r.envs {
+		args = append(args, "--environment-id="+e)
+	}
+	return append(append(args, reconcileFlags...), extra...)
+}
+
+// createProfile creates the receiver's profile in env before the receiver
+// starts, as an operator would, with a downsampling percent.
+func (r *reconcileRun) createProfile(t *testing.T, env, publicURL string, percent float64) {
+	t.Helper()
+	c, err := platform.New(platform.Config{BaseURL: r.apiURL, AuthURL: r.apiURL, ClientID: platformsim.DemoClientID, ClientSecret: platformsim.DemoClientSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := map[string]any{
+		"environment_id": env, "profile_name": "edgepipe", "enabled": true, "downsampling_percent": percent,
+		"fields": []string{"timestamp", "uuid", "status_code"},
+		"delivery_method": map[string]any{"type": "http_post", "destination_endpoint": publicURL + "/ingest/" + env, "log_format": "json",
+			"authentication": map[string]any{"type": "http_basic", "username": "platform", "password": "correct horse"}},
+	}
+	if err := c.RTLD().Do(context.Background(), http.MethodPost, "/accesslogs/profiles", nil, body, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// profiles finds the receiver's profile in every environment.
+func (r *reconcileRun) profiles(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for _, env := range r.envs {
+		waitFor(t, "the profile of "+env, 30*time.Second, func() bool {
+			id, err := profileID(ctx, t, r.apiURL, env)
+			r.profile[env] = id
+			return err == nil
+		})
+	}
+}
+
+// completeness is one row of log_completeness.
+type completeness struct {
+	api, records uint64
+	sampling     float64
+}
+
+// rows returns log_completeness under FINAL, by environment and bucket.
+func (r *reconcileRun) rows(t *testing.T) map[string]map[time.Time]completeness {
+	t.Helper()
+	out := map[string]map[time.Time]completeness{}
+	rows, err := r.ch.Conn(t).Query(context.Background(),
+		fmt.Sprintf("SELECT environment_id, time, api_requests, log_records, sampling FROM `%s`.log_completeness FINAL", r.db))
+	if err != nil {
+		if strings.Contains(err.Error(), "doesn't exist") {
+			return out
+		}
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var env string
+		var at time.Time
+		var c completeness
+		if err := rows.Scan(&env, &at, &c.api, &c.records, &c.sampling); err != nil {
+			t.Fatal(err)
+		}
+		if out[env] == nil {
+			out[env] = map[time.Time]completeness{}
+		}
+		out[env][at.UTC()] = c
+	}
+	return out
+}
+
+// waitCompared waits until every environment has at least n compared
+// buckets in log_completeness.
+func (r *reconcileRun) waitCompared(t *testing.T, n int, timeout time.Duration) map[string]map[time.Time]completeness {
+	t.Helper()
+	var got map[string]map[time.Time]completeness
+	waitFor(t, fmt.Sprintf("%d compared buckets per environment", n), timeout, func() bool {
+		got = r.rows(t)
+		for _, env := range r.envs {
+			if len(got[env]) < n {
+				return false
+			}
+		}
+		return true
+	})
+	return got
+}
+
+// truth returns the simulator's log buckets of env by start.
+func (r *reconcileRun) truth(env string) map[time.Time]platformsim.LogBucket {
+	out := map[time.Time]platformsim.LogBucket{}
+	for _, b := range r.sim.LogBuckets(r.profile[env]) {
+		out[b.Start.UTC()] = b
+	}
+	return out
+}
+
+// checkRows checks every compared bucket against the simulator's truth:
+// the API's requests sampled by the rule, and exactly the records the
+// simulator delivered. exact lists the environments where nothing was
+// dropped: there the records equal the API's (sampled) requests.
+func (r *reconcileRun) checkRows(t *testing.T, rows map[string]map[time.Time]completeness, exact func(env string) bool) {
+	t.Helper()
+	for _, env := range r.envs {
+		truth := r.truth(env)
+		var starts []time.Time
+		for at := range rows[env] {
+			starts = append(starts, at)
+		}
+		sort.Slice(starts, func(i, j int) bool { return starts[i].Before(starts[j]) })
+		for _, at := range starts {
+			c := rows[env][at]
+			lb, ok := truth[at]
+			switch {
+			case !ok:
+				t.Errorf("%s %s: compared, but the simulator logged nothing of it", env, at.Format("15:04"))
+				continue
+			case lb.Partial:
+				t.Errorf("%s %s: compared, but the profile logged only part of it (%+v)", env, at.Format("15:04"), lb)
+			}
+			if c.api != uint64(lb.Sampled) || c.sampling != lb.DownsamplingPercent/100 {
+				t.Errorf("%s %s: api_requests %d at sampling %v, want %d at %v (requests %d)", env, at.Format("15:04"), c.api, c.sampling,
+					lb.Sampled, lb.DownsamplingPercent/100, lb.Requests)
+			}
+			if c.records != uint64(lb.Queued) {
+				t.Errorf("%s %s: log_records %d, the simulator delivered %d (%+v)", env, at.Format("15:04"), c.records, lb.Queued, lb)
+			}
+			if exact(env) && c.records != c.api {
+				t.Errorf("%s %s: log_records %d, api_requests %d: nothing was dropped", env, at.Format("15:04"), c.records, c.api)
+			}
+		}
+	}
+}
+
+// TestReconcileTenEnvironments is the reconciliation's main must-show:
+// ten environments on a fast clock, duplicate deliveries on (lost
+// acknowledgements), one environment losing 10% of its batches and one
+// losing 5% of its records silently, three with a 25% profile an operator
+// created before the receiver started (kept by the registrar). For every
+// compared bucket log_completeness under FINAL holds the simulator's
+// requests sampled by the rule and exactly the records it delivered; the
+// counters scraped by a real Prometheus hold the same sums; every
+// environment without faults is exact.
+func TestReconcileTenEnvironments(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the receiver against the simulator for a simulated hour")
+	}
+	const dropBatches, dropRecords = 0, 1
+	faults := platformsim.DeliveryFaults{DropAckPercent: 10, Environments: map[string]platformsim.EnvironmentFaults{}}
+	r := startReconcileSim(t, 10, faults)
+	faults.Environments[r.envs[dropBatches]] = platformsim.EnvironmentFaults{DropBatchPercent: 10}
+	faults.Environments[r.envs[dropRecords]] = platformsim.EnvironmentFaults{DropRecordPercent: 5}
+	r.sim.SetDeliveryFaults(faults)
+	sampled := map[string]bool{r.envs[2]: true, r.envs[3]: true, r.envs[4]: true}
+
+	addr := testenv.FreeAddr(t)
+	base := "https://" + addr
+	for env := range sampled {
+		r.createProfile(t, env, base, 25)
+	}
+	startReceiver(t, r.receiverArgs(t, addr, base, filepath.Join(t.TempDir(), "spool"), "--web.config.file="+r.cert.webConfig(t)), receiverEnv)
+	prom := testenv.PrometheusScrape(t, testenv.ScrapeJob{Name: "receiver", Targets: []string{addr}, Scheme: "https"})
+	r.profiles(t)
+
+	rows := r.waitCompared(t, 6, 4*time.Minute)
+	t.Logf("simulated clock at %s; delivery %+v", r.clock.Now().Format("15:04"), r.sim.Delivered())
+	exact := func(env string) bool { return env != r.envs[dropBatches] && env != r.envs[dropRecords] }
+	r.checkRows(t, rows, exact)
+	for env := range sampled {
+		for at, c := range rows[env] {
+			if c.sampling != 0.25 {
+				t.Errorf("%s %s: sampling %v, want the operator's 25%%", env, at.Format("15:04"), c.sampling)
+			}
+		}
+	}
+	for _, env := range r.envs {
+		var api, recs uint64
+		for _, c := range rows[env] {
+			api, recs = api+c.api, recs+c.records
+		}
+		t.Logf("%s: %d buckets, %d records of %d (faults %+v, sampled %v)", env, len(rows[env]), recs, api, faults.Environments[env], sampled[env])
+		if !exact(env) && (recs >= api || recs == 0) {
+			t.Errorf("%s (faults %+v): %d records of %d: the faults dropped nothing?", env, faults.Environments[env], recs, api)
+		}
+	}
+
+	// The counters, read through Prometheus, hold the table's sums.
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Log(last)
+		}
+	}()
+	waitFor(t, "the counters to match log_completeness", 60*time.Second, func() bool {
+		before := r.rows(t)
+		vec := func(name string) map[string]float64 {
+			out := map[string]float64{}
+			for _, s := range prom.QueryVector(t, name) {
+				out[string(s.Metric["environment_id"])] = float64(s.Value)
+			}
+			return out
+		}
+		buckets, api, recs := vec("edgepipe_rtld_reconciled_buckets_total"), vec("edgepipe_rtld_reconciled_api_requests_total"),
+			vec("edgepipe_rtld_reconciled_log_records_total")
+		after := r.rows(t)
+		for _, env := range r.envs {
+			var a, n float64
+			for _, c := range after[env] {
+				a, n = a+float64(c.api), n+float64(c.records)
+			}
+			if len(before[env]) != len(after[env]) || buckets[env] != float64(len(after[env])) || api[env] != a || recs[env] != n {
+				last = fmt.Sprintf("%s: counters: buckets %v, api %v, records %v; table: %d buckets, %v, %v", env, buckets[env], api[env], recs[env], len(after[env]), a, n)
+				return false
+			}
+		}
+		return true
+	})
+	skipped := prom.QueryVector(t, "edgepipe_rtld_reconcile_skipped_buckets_total")
+	for _, s := range skipped {
+		if reason := string(s.Metric["reason"]); reason != "profile_changed" && reason != "profile_unknown" || s.Value > 1 {
+			t.Errorf("skipped: %v", s)
+		}
+	}
+	t.Logf("skipped: %v", skipped)
+}
