@@ -1,10 +1,13 @@
 package receiver_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -341,4 +344,131 @@ func TestReconcileTenEnvironments(t *testing.T) {
 		}
 	}
 	t.Logf("skipped: %v", skipped)
+}
+
+// waitSim waits until the simulated clock reaches at.
+func (r *reconcileRun) waitSim(t *testing.T, at time.Time) {
+	t.Helper()
+	if d := at.Sub(r.clock.Now()); d > 0 {
+		time.Sleep(time.Duration(float64(d) / simSpeed))
+	}
+}
+
+// TestReconcileThroughKills kills the receiver with SIGKILL in the middle
+// of a bucket and right after a bucket ends, restarting it each time, and
+// then damages its state file while it is down: every bucket compared
+// holds exactly the simulator's requests and records (no false loss, no
+// false 100%), the buckets around the kills are compared, and the buckets
+// whose counts went with the state file are skipped as counts_lost.
+func TestReconcileThroughKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the receiver against the simulator for a simulated hour")
+	}
+	r := startReconcileSim(t, 4, platformsim.DeliveryFaults{DropAckPercent: 10})
+	addr := testenv.FreeAddr(t)
+	base := "https://" + addr
+	spoolDir := filepath.Join(t.TempDir(), "spool")
+	p := startReceiver(t, r.receiverArgs(t, addr, base, spoolDir, "--web.config.file="+r.cert.webConfig(t)), receiverEnv)
+	r.profiles(t)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: r.cert.pool}}, Timeout: 5 * time.Second}
+	restart := func(what string) {
+		t.Helper()
+		p.kill9()
+		t.Logf("receiver killed (%s) at %s", what, r.clock.Now().Format("15:04:05"))
+		time.Sleep(300 * time.Millisecond) // the platform's retries fail meanwhile
+		p.start()
+		waitReady(t, client, base)
+	}
+	at := func(hm string) time.Time {
+		d, err := time.Parse("15:04:05", hm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Date(simStart.Year(), simStart.Month(), simStart.Day(), d.Hour(), d.Minute(), d.Second(), 0, time.UTC)
+	}
+	r.waitSim(t, at("10:17:30"))
+	restart("within the bucket of 10:15")
+	r.waitSim(t, at("10:25:04"))
+	restart("as the bucket of 10:20 ended")
+
+	// Down again, and the state file damaged meanwhile: the counts of the
+	// buckets so far are gone.
+	r.waitSim(t, at("10:32:30"))
+	p.kill9()
+	damaged := r.clock.Now()
+	state := filepath.Join(spoolDir, "reconcile.state")
+	fi, err := os.Stat(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, bytes.Repeat([]byte{0xa5}, int(fi.Size())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("receiver killed and its state file damaged at %s", damaged.Format("15:04:05"))
+	p.start()
+	waitReady(t, client, base)
+
+	rows := r.waitCompared(t, 6, 4*time.Minute)
+	rowsAfter := func(env string, from time.Time) int {
+		n := 0
+		for at := range rows[env] {
+			if !at.Before(from) {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "buckets compared after the damage", 2*time.Minute, func() bool {
+		rows = r.rows(t)
+		for _, env := range r.envs {
+			if rowsAfter(env, damaged) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	r.checkRows(t, rows, func(string) bool { return true })
+	for _, env := range r.envs {
+		for _, b := range []string{"10:15:00", "10:20:00"} {
+			if _, ok := rows[env][at(b)]; !ok {
+				t.Errorf("%s: the bucket of %s, where the receiver was killed, was not compared", env, b[:5])
+			}
+		}
+		for at := range rows[env] {
+			if at.Before(damaged) && !at.Add(5*time.Minute).Add(6*time.Minute).Before(damaged) {
+				t.Errorf("%s: the bucket of %s was pending when the state was lost, yet it was compared", env, at.Format("15:04"))
+			}
+		}
+	}
+	metrics := scrapeText(t, client, base+"/metrics")
+	if !strings.Contains(metrics, `reason="counts_lost"`) {
+		t.Errorf("no bucket skipped with reason counts_lost after the state file was damaged:\n%s", grepLines(metrics, "edgepipe_rtld_reconcile"))
+	}
+	t.Logf("after the last restart:\n%s", grepLines(metrics, "edgepipe_rtld_reconcile"))
+}
+
+// scrapeText returns a /metrics exposition.
+func scrapeText(t *testing.T, client *http.Client, u string) string {
+	t.Helper()
+	resp, err := client.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// grepLines returns the lines of text that contain s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, s) && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
