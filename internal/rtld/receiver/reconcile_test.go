@@ -6,12 +6,16 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,21 +69,25 @@ var receiverEnv = []string{
 }
 
 // startReconcileSim starts a simulator of envs environments on a fast
-// clock with the given delivery faults, and ClickHouse.
-func startReconcileSim(t *testing.T, envs int, faults platformsim.DeliveryFaults) *reconcileRun {
+// clock with the given delivery faults (and changes to its configuration),
+// and ClickHouse.
+func startReconcileSim(t *testing.T, envs int, faults platformsim.DeliveryFaults, opts ...func(*platformsim.Config)) *reconcileRun {
 	t.Helper()
 	r := &reconcileRun{cert: newTestCert(t), clock: newFastClock(), profile: map[string]int64{}}
 	r.ch = testenv.ClickHouse(t)
 	r.db = r.ch.NewDatabase(t)
-	var err error
-	r.sim, err = platformsim.New(platformsim.Config{
+	cfg := platformsim.Config{
 		Seed: 19, Properties: 2, Environments: envs, TrafficScale: 0.02, LateData: 4 * time.Minute, Now: r.clock.Now,
 		Delivery: platformsim.DeliveryConfig{
 			Live: true, BatchSize: 100, AgentsPerEnvironment: 2, RetryInterval: 100 * time.Millisecond,
 			RequestTimeout: 10 * time.Second, TLSConfig: &tls.Config{RootCAs: r.cert.pool}, Faults: faults,
 		},
-	})
-	if err != nil {
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var err error
+	if r.sim, err = platformsim.New(cfg); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.sim.Close() })
@@ -471,4 +479,138 @@ func grepLines(text, s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// roundRobin is "one address" in front of several receiver replicas: an
+// HTTPS reverse proxy that sends each request to the next replica, so a
+// batch the platform resends often lands on another replica than the first
+// copy.
+func roundRobin(t *testing.T, cert testCert, targets ...string) string {
+	t.Helper()
+	var n atomic.Uint64
+	proxy := &httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		u, _ := url.Parse("http://" + targets[int(n.Add(1))%len(targets)])
+		pr.SetURL(u)
+		pr.Out.Host = pr.In.Host
+	}, ErrorLog: log.New(io.Discard, "", 0)} // a replica stopped at the end
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert.tls}, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "https://" + l.Addr().String()
+}
+
+// TestReconcileTwoReplicas runs two receiver replicas behind one address
+// (each request to the next replica), with ClickHouse counts: each replica
+// accepts part of every bucket's records and some batches twice (one copy
+// on each), yet the one replica that compares (the leader) finds every
+// bucket exact, the other publishes no reconciliation series, and the sum
+// over both replicas, as a dashboard or an alert takes it, is the table's.
+func TestReconcileTwoReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two receivers against the simulator for a simulated hour")
+	}
+	r := startReconcileSim(t, 4, platformsim.DeliveryFaults{DropAckPercent: 15})
+	addrs := []string{testenv.FreeAddr(t), testenv.FreeAddr(t)}
+	base := roundRobin(t, r.cert, addrs...)
+	for i, name := range []string{"rx-0", "rx-1"} {
+		startReceiver(t, r.receiverArgs(t, addrs[i], base, filepath.Join(t.TempDir(), "spool"),
+			"--reconcile.counts=clickhouse", "--reconcile.replica="+name, "--reconcile.leader=rx-0"), receiverEnv)
+	}
+	prom := testenv.PrometheusScrape(t, testenv.ScrapeJob{Name: "receiver", Targets: addrs})
+	r.profiles(t)
+
+	rows := r.waitCompared(t, 6, 4*time.Minute)
+	r.checkRows(t, rows, func(string) bool { return true })
+
+	var last string
+	waitFor(t, "the replicas' counters to add up to log_completeness", 60*time.Second, func() bool {
+		for _, q := range []string{`count(edgepipe_rtld_reconciled_log_records_total{instance="` + addrs[1] + `"})`,
+			`count(edgepipe_rtld_reconcile_skipped_buckets_total{instance="` + addrs[1] + `"})`} {
+			if v := prom.QueryVector(t, q); len(v) > 0 {
+				t.Fatalf("the replica that does not compare publishes reconciliation series: %s = %v", q, v)
+			}
+		}
+		before := r.rows(t)
+		sum := func(name string) map[string]float64 {
+			out := map[string]float64{}
+			for _, s := range prom.QueryVector(t, "sum by (environment_id) ("+name+")") {
+				out[string(s.Metric["environment_id"])] = float64(s.Value)
+			}
+			return out
+		}
+		api, recs := sum("edgepipe_rtld_reconciled_api_requests_total"), sum("edgepipe_rtld_reconciled_log_records_total")
+		after := r.rows(t)
+		for _, env := range r.envs {
+			var a, n float64
+			for _, c := range after[env] {
+				a, n = a+float64(c.api), n+float64(c.records)
+			}
+			if len(before[env]) != len(after[env]) || api[env] != a || recs[env] != n {
+				last = fmt.Sprintf("%s: over the replicas api %v, records %v; table %v, %v", env, api[env], recs[env], a, n)
+				return false
+			}
+		}
+		return true
+	})
+	if t.Failed() {
+		t.Log(last)
+	}
+	// Both replicas took part, and some batches were spooled on both (the
+	// copies collapse under FINAL): more records accepted than the
+	// simulator had acknowledged.
+	accepted := prom.QueryVector(t, `edgepipe_rtld_records_received_total{status="accepted"}`)
+	delivered := r.sim.Delivered() // after the scrape: it acknowledged at least what was accepted then, once
+	if len(accepted) != 2 || accepted[0].Value == 0 || accepted[1].Value == 0 {
+		t.Fatalf("each replica should have accepted part of the records: %v", accepted)
+	}
+	t.Logf("accepted %v and %v records; the simulator had %d acknowledged", accepted[0].Value, accepted[1].Value, delivered.RecordsAcknowledged)
+	if float64(accepted[0].Value+accepted[1].Value) <= float64(delivered.RecordsAcknowledged) {
+		t.Errorf("no batch was accepted by both replicas: the test did not exercise duplicates across replicas")
+	}
+	if skipped := prom.QueryVector(t, `edgepipe_rtld_reconcile_skipped_buckets_total`); len(skipped) > len(r.envs) {
+		t.Errorf("skipped: %v", skipped)
+	}
+}
+
+// TestReconcileWithoutMetricsScope: an API client without app.metrics. The
+// receiver says so once, at start, skips every due bucket with reason
+// forbidden and compares none, and ingest goes on: records reach
+// ClickHouse.
+func TestReconcileWithoutMetricsScope(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the receiver against the simulator")
+	}
+	r := startReconcileSim(t, 2, platformsim.DeliveryFaults{}, func(c *platformsim.Config) {
+		c.Clients = []platformsim.Client{{ID: platformsim.DemoClientID, Secret: platformsim.DemoClientSecret, Scopes: []string{platformsim.ScopeRTLD}}}
+	})
+	addr := testenv.FreeAddr(t)
+	base := "https://" + addr
+	p := startReceiver(t, r.receiverArgs(t, addr, base, filepath.Join(t.TempDir(), "spool"), "--web.config.file="+r.cert.webConfig(t)), receiverEnv)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: r.cert.pool}}, Timeout: 5 * time.Second}
+	forbidden := func() float64 {
+		var n float64
+		for _, env := range r.envs {
+			n += scrape(client, base+"/metrics", `edgepipe_rtld_reconcile_skipped_buckets_total{environment_id="`+env+`",reason="forbidden"}`)
+		}
+		return n
+	}
+	waitFor(t, "buckets skipped as forbidden", 2*time.Minute, func() bool { return forbidden() >= 2*float64(len(r.envs)) })
+	text := scrapeText(t, client, base+"/metrics")
+	for _, env := range r.envs {
+		if n := scrape(client, base+"/metrics", `edgepipe_rtld_reconciled_buckets_total{environment_id="`+env+`"}`); n != 0 {
+			t.Errorf("%s: %v buckets compared without the scope", env, n)
+		}
+	}
+	if n := r.ch.QueryUint64(t, fmt.Sprintf("SELECT count() FROM `%s`.access_logs FINAL", r.db)); n == 0 {
+		t.Error("no record reached ClickHouse: ingest was affected")
+	}
+	const warning = "lacks the app.metrics scope"
+	if n := strings.Count(p.logs(), warning); n != 1 {
+		t.Errorf("the log says %q %d times, want once:\n%s", warning, n, p.logs())
+	}
+	t.Logf("%s", grepLines(text, "edgepipe_rtld_reconcile"))
 }
