@@ -426,7 +426,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 			}
 			rd = sr
 		}
-		start("reconciliation", func(ctx context.Context) error { return r.reconcile.Run(ctx, r.spool, rd, r.watch, r.cfg.WatchInterval) })
+		start("reconciliation", func(ctx context.Context) error {
+			return r.reconcile.Run(ctx, r.spool, rd, r.watch, r.cfg.WatchInterval)
+		})
 	}
 	<-runCtx.Done()
 	wg.Wait()

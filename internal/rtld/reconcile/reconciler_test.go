@@ -279,4 +279,3 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
-
