@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -77,7 +78,7 @@ func (f *reconcileFlags) check(clickhouseDSN string) error {
 		return fmt.Errorf("--reconcile.delay (%s) must not be negative, --reconcile.interval (%s) and --reconcile.give-up (%s) must be positive", f.delay, f.interval, f.giveUp)
 	}
 	if f.delay > 0 && f.counts == reconcile.CountsClickHouse && clickhouseDSN == "" {
-		return fmt.Errorf("--reconcile.counts=clickhouse needs --clickhouse.dsn")
+		return errors.New("--reconcile.counts=clickhouse needs --clickhouse.dsn")
 	}
 	return nil
 }

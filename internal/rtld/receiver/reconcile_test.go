@@ -6,7 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -122,7 +122,7 @@ func (r *reconcileRun) busiest(t *testing.T, n int) []string {
 
 // receiverArgs returns the flags of a receiver listening at addr (TLS),
 // spooling in dir, with extra flags.
-func (r *reconcileRun) receiverArgs(t *testing.T, addr, publicURL, dir string, extra ...string) []string {
+func (r *reconcileRun) receiverArgs(addr, publicURL, dir string, extra ...string) []string {
 	args := []string{
 		"--api.url=" + r.apiURL, "--auth.url=" + r.apiURL, "--public-url=" + publicURL,
 		"--web.listen-address=" + addr, "--spool.dir=" + dir, "--clickhouse.dsn=" + r.ch.DSN(r.db),
@@ -288,7 +288,7 @@ func TestReconcileTenEnvironments(t *testing.T) {
 	for env := range sampled {
 		r.createProfile(t, env, base, 25)
 	}
-	startReceiver(t, r.receiverArgs(t, addr, base, filepath.Join(t.TempDir(), "spool"), "--web.config.file="+r.cert.webConfig(t)), receiverEnv)
+	startReceiver(t, r.receiverArgs(addr, base, filepath.Join(t.TempDir(), "spool"), "--web.config.file="+r.cert.webConfig(t)), receiverEnv)
 	prom := testenv.PrometheusScrape(t, testenv.ScrapeJob{Name: "receiver", Targets: []string{addr}, Scheme: "https"})
 	r.profiles(t)
 
@@ -376,7 +376,7 @@ func TestReconcileThroughKills(t *testing.T) {
 	addr := testenv.FreeAddr(t)
 	base := "https://" + addr
 	spoolDir := filepath.Join(t.TempDir(), "spool")
-	p := startReceiver(t, r.receiverArgs(t, addr, base, spoolDir, "--web.config.file="+r.cert.webConfig(t)), receiverEnv)
+	p := startReceiver(t, r.receiverArgs(addr, base, spoolDir, "--web.config.file="+r.cert.webConfig(t)), receiverEnv)
 	r.profiles(t)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: r.cert.pool}}, Timeout: 5 * time.Second}
 	restart := func(what string) {
@@ -492,7 +492,7 @@ func roundRobin(t *testing.T, cert testCert, targets ...string) string {
 		u, _ := url.Parse("http://" + targets[int(n.Add(1))%len(targets)])
 		pr.SetURL(u)
 		pr.Out.Host = pr.In.Host
-	}, ErrorLog: log.New(io.Discard, "", 0)} // a replica stopped at the end
+	}, ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)} // a replica stopped at the end
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert.tls}, MinVersion: tls.VersionTLS12})
 	if err != nil {
 		t.Fatal(err)
@@ -517,7 +517,7 @@ func TestReconcileTwoReplicas(t *testing.T) {
 	addrs := []string{testenv.FreeAddr(t), testenv.FreeAddr(t)}
 	base := roundRobin(t, r.cert, addrs...)
 	for i, name := range []string{"rx-0", "rx-1"} {
-		startReceiver(t, r.receiverArgs(t, addrs[i], base, filepath.Join(t.TempDir(), "spool"),
+		startReceiver(t, r.receiverArgs(addrs[i], base, filepath.Join(t.TempDir(), "spool"),
 			"--reconcile.counts=clickhouse", "--reconcile.replica="+name, "--reconcile.leader=rx-0"), receiverEnv)
 	}
 	prom := testenv.PrometheusScrape(t, testenv.ScrapeJob{Name: "receiver", Targets: addrs})
@@ -589,7 +589,7 @@ func TestReconcileWithoutMetricsScope(t *testing.T) {
 	})
 	addr := testenv.FreeAddr(t)
 	base := "https://" + addr
-	p := startReceiver(t, r.receiverArgs(t, addr, base, filepath.Join(t.TempDir(), "spool"), "--web.config.file="+r.cert.webConfig(t)), receiverEnv)
+	p := startReceiver(t, r.receiverArgs(addr, base, filepath.Join(t.TempDir(), "spool"), "--web.config.file="+r.cert.webConfig(t)), receiverEnv)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: r.cert.pool}}, Timeout: 5 * time.Second}
 	forbidden := func() float64 {
 		var n float64

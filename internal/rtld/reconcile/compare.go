@@ -296,7 +296,7 @@ func (r *Reconciler) apply(plans []*envPlan) bool {
 	s := r.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	any := false
+	decided := false
 	for _, p := range plans {
 		e := s.envs[p.env]
 		for _, pb := range p.buckets {
@@ -320,10 +320,10 @@ func (r *Reconciler) apply(plans []*envPlan) bool {
 				}
 			}
 			e.watermark = pb.start + bucketSeconds
-			any = true
+			decided = true
 		}
 	}
-	return any
+	return decided
 }
 
 // recountEvery is how often ClickHouse counts of compared buckets are

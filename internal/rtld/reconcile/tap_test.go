@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,16 +43,7 @@ func TestProfileTapObservesTheReceiversProfile(t *testing.T) {
 		return `{"id":` + itoa(id) + `,"environment_id":"env-a","profile_name":"` + name + `","enabled":` + btoa(enabled) +
 			`,"downsampling_percent":` + pct + `,"filters":` + filters + `,"delivery_method":{"type":"http_post","destination_endpoint":"` + dest + `"}}`
 	}
-	list := func(items ...string) string {
-		s := `{"items":[`
-		for i, it := range items {
-			if i > 0 {
-				s += ","
-			}
-			s += it
-		}
-		return s + `]}`
-	}
+	list := func(items ...string) string { return `{"items":[` + strings.Join(items, ",") + `]}` }
 	page := url.Values{"environment_id": {"env-a"}, "limit": {"100"}, "offset": {"0"}}
 	full := ProfileState{Delivering: true, Percent: 100}
 	for _, tc := range []struct {
