@@ -28,10 +28,15 @@ func newMetrics(reg prometheus.Registerer, envs []string, s *store) *metrics {
 			Help: "FIVE_MINUTES buckets not compared, by reason (never counted as a loss).",
 		}, []string{"environment_id", "reason"}),
 	}
+	// Every series from the start, so that increase() and rate() see the
+	// first bucket counted (a series born at 1 shows no increase).
 	for _, env := range envs {
 		m.buckets.WithLabelValues(env)
 		m.api.WithLabelValues(env)
 		m.records.WithLabelValues(env)
+		for _, reason := range Reasons {
+			m.skipped.WithLabelValues(env, reason)
+		}
 	}
 	untimed := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "edgepipe_rtld_reconcile_untimed_records_total",
