@@ -1,8 +1,8 @@
 package deploytest
 
 import (
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -95,7 +95,7 @@ func TestChartLogDeliveryAlert(t *testing.T) {
 		sum := 0
 		for i := range 25 {
 			sum += per[min(i, len(per)-1)]
-			out = append(out, fmt.Sprint(sum))
+			out = append(out, strconv.Itoa(sum))
 		}
 		return strings.Join(out, " ")
 	}
