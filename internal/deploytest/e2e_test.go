@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,7 +191,7 @@ func TestDashboardsEndToEnd(t *testing.T) {
 						for try := 0; ; try++ {
 							switch q.Language {
 							case PromQL:
-								n, err = runPromQL(p.prom.API(), text, q.Instant, v)
+								n, err = RunPromQL(p.prom.API(), text, q.Instant, v)
 							case ClickHouseSQL:
 								n, err = countRows(conn, text)
 							}
@@ -365,49 +364,6 @@ func sqlFirstColumn(conn driver.Conn, sql string) ([]string, error) {
 		out = append(out, s)
 	}
 	return out, rows.Err()
-}
-
-// runPromQL runs expr as Grafana would (a range query over the dashboard's
-// range for time series, an instant query at its end for instant targets)
-// and returns the number of finite samples.
-func runPromQL(api promv1.API, expr string, instant bool, v Values) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var (
-		val model.Value
-		err error
-	)
-	if instant {
-		val, _, _, err = api.Query(ctx, expr, v.To)
-	} else {
-		val, _, _, err = api.QueryRange(ctx, expr, promv1.Range{Start: v.From, End: v.To, Step: 5 * time.Second})
-	}
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	finite := func(f model.SampleValue) {
-		if !math.IsNaN(float64(f)) && !math.IsInf(float64(f), 0) {
-			n++
-		}
-	}
-	switch r := val.(type) {
-	case model.Vector:
-		for _, s := range r {
-			finite(s.Value)
-		}
-	case model.Matrix:
-		for _, s := range r {
-			for _, p := range s.Values {
-				finite(p.Value)
-			}
-		}
-	case *model.Scalar:
-		finite(r.Value)
-	default:
-		return 0, fmt.Errorf("unexpected result type %s", val.Type())
-	}
-	return n, nil
 }
 
 func TestMain(m *testing.M) { testenv.Main(m) }

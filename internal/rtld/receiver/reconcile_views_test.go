@@ -2,7 +2,6 @@ package receiver_test
 
 import (
 	"context"
-	"math"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
-	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
-	"github.com/prometheus/common/model"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgepipe/edgepipe/internal/deploytest"
@@ -143,7 +140,7 @@ func (r *reconcileRun) checkDashboard(t *testing.T, prom *testenv.PrometheusServ
 				if err != nil {
 					t.Fatalf("%s: %v", q.Where, err)
 				}
-				n, err = countSamples(prom.API(), text, q.Instant, prv)
+				n, err = deploytest.RunPromQL(prom.API(), text, q.Instant, prv)
 				if err != nil {
 					t.Errorf("%s (%s): %v\n%s", q.Where, sel.name, err, text)
 					continue
@@ -174,40 +171,4 @@ func (r *reconcileRun) checkDashboard(t *testing.T, prom *testenv.PrometheusServ
 		}
 	}
 	t.Logf("%d dashboard queries returned data", ran)
-}
-
-// countSamples runs a PromQL query over v's range (instant: at its end)
-// and counts the finite samples.
-func countSamples(api promv1.API, expr string, instant bool, v deploytest.Values) (int, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var val model.Value
-	var err error
-	if instant {
-		val, _, _, err = api.Query(ctx, expr, v.To)
-	} else {
-		val, _, _, err = api.QueryRange(ctx, expr, promv1.Range{Start: v.From, End: v.To, Step: 5 * time.Second})
-	}
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	count := func(f model.SampleValue) {
-		if !math.IsNaN(float64(f)) && !math.IsInf(float64(f), 0) {
-			n++
-		}
-	}
-	switch r := val.(type) {
-	case model.Vector:
-		for _, s := range r {
-			count(s.Value)
-		}
-	case model.Matrix:
-		for _, s := range r {
-			for _, p := range s.Values {
-				count(p.Value)
-			}
-		}
-	}
-	return n, nil
 }

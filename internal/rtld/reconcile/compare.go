@@ -235,16 +235,7 @@ func (r *Reconciler) countsReady(ctx context.Context, sp Spool, rd SpoolReader, 
 // fetch asks the Metrics API for the candidates' buckets: one query over
 // their environments (20 per request) and time range.
 func (r *Reconciler) fetch(ctx context.Context, cands []candidate) (map[string]map[int64]float64, error) {
-	var envs []string
-	seen := map[string]bool{}
-	from, to := int64(math.MaxInt64), int64(0)
-	for _, c := range cands {
-		if !seen[c.plan.env] {
-			seen[c.plan.env] = true
-			envs = append(envs, c.plan.env)
-		}
-		from, to = min(from, c.bucket().start), max(to, c.bucket().start+bucketSeconds)
-	}
+	envs, from, to := extent(cands)
 	res, err := r.cfg.Metrics.Data(ctx, metricsapi.Query{
 		Dataset: dataset, Environments: envs, Granularity: metricsapi.FiveMinutes,
 		Start: time.Unix(from, 0).UTC(), End: time.Unix(to, 0).UTC(),
@@ -277,9 +268,15 @@ func (r *Reconciler) records(ctx context.Context, cands []candidate) (map[string
 	if r.CountsSpool() {
 		return nil, nil
 	}
-	var envs []string
+	envs, from, to := extent(cands)
+	return r.ch.counts(ctx, envs, from, to)
+}
+
+// extent returns the environments of the candidates, in order, and the time
+// range their buckets cover (Unix seconds, end exclusive).
+func extent(cands []candidate) (envs []string, from, to int64) {
 	seen := map[string]bool{}
-	from, to := int64(math.MaxInt64), int64(0)
+	from = math.MaxInt64
 	for _, c := range cands {
 		if !seen[c.plan.env] {
 			seen[c.plan.env] = true
@@ -287,7 +284,7 @@ func (r *Reconciler) records(ctx context.Context, cands []candidate) (map[string
 		}
 		from, to = min(from, c.bucket().start), max(to, c.bucket().start+bucketSeconds)
 	}
-	return r.ch.counts(ctx, envs, from, to)
+	return envs, from, to
 }
 
 // apply records the decisions of the plans in the store and the metrics,

@@ -244,6 +244,7 @@ func (r *Reconciler) Run(ctx context.Context, sp Spool, rd SpoolReader, watch *P
 		start(func(ctx context.Context) error { return r.reportProgress(ctx, sp) })
 	}
 	if r.Compares() {
+		start(func(ctx context.Context) error { r.probe(ctx); return nil })
 		start(func(ctx context.Context) error { return r.compareLoop(ctx, sp, rd) })
 	}
 	if watch != nil {
@@ -294,7 +295,6 @@ func (r *Reconciler) watch(ctx context.Context, tap *ProfileTap, every time.Dura
 
 // compareLoop compares due buckets every Interval.
 func (r *Reconciler) compareLoop(ctx context.Context, sp Spool, rd SpoolReader) error {
-	go r.probe(ctx)
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
