@@ -1,5 +1,5 @@
 // Command platform-sim serves the simulated CDN platform API (token endpoint,
-// accounts, metrics, RTLD) on one address, for demos and manual testing:
+// accounts, config's TLS certificates, metrics, RTLD) on one address, for demos and manual testing:
 //
 //	go run ./cmd/platform-sim
 //	curl -s -d grant_type=client_credentials -d client_id=edgepipe-demo \
@@ -45,6 +45,7 @@ const envClientSecret = "EDGEPIPE_SIM_CLIENT_SECRET"
 // simFlags are the parsed command line.
 type simFlags struct {
 	clientSecret  *cli.Secret
+	clientScopes  *[]string
 	listen        *string
 	seed          *int64
 	tokenLifetime *time.Duration
@@ -75,9 +76,11 @@ type simFlags struct {
 
 // newCommandLine declares the simulator's flags.
 func newCommandLine(stdout, stderr io.Writer) (*cli.App, *simFlags) {
-	app := cli.New("platform-sim", "Simulated CDN platform API (auth, accounts, metrics, RTLD) with deterministic, realistic data.", stdout, stderr)
+	app := cli.New("platform-sim", "Simulated CDN platform API (auth, accounts, config TLS certificates, metrics, RTLD) with deterministic, realistic data.", stdout, stderr)
 	f := &simFlags{clientSecret: cli.SecretFlag(app, "client-secret-file", envClientSecret,
 		"File holding the secret the demo client ("+platformsim.DemoClientID+") must present (default: the documented "+platformsim.DemoClientSecret+").")}
+	f.clientScopes = app.Flag("client.scopes", "Scopes granted to the demo client (repeatable or comma-separated; default every scope the simulator serves: "+
+		strings.Join(platformsim.DemoScopes(), ",")+"). Leave one out to see how a program copes without it.").PlaceHolder("SCOPE").Strings()
 	f.listen = app.Flag("web.listen-address", "Address to serve the API and the token endpoint on.").Default("127.0.0.1:9790").String()
 	f.seed = app.Flag("seed", "Seed of the simulated world and its data.").Default("1").Int64()
 	f.tokenLifetime = app.Flag("token-lifetime", "Lifetime of issued access tokens.").Default(platformsim.DefaultTokenLifetime.String()).Duration()
@@ -94,7 +97,7 @@ func newCommandLine(stdout, stderr io.Writer) (*cli.App, *simFlags) {
 	f.badValueRate = app.Flag("fault.bad-value-rate", "Share of metric values --fault.bad-values replaces (0..1).").Default(strconv.FormatFloat(platformsim.DefaultBadValueRate, 'g', -1, 64)).Float64()
 	f.malformedRows = app.Flag("fault.malformed-rows", "Share of data rows replaced by a malformed row (wrong number of values, or an object) (0..1).").Default("0").Float64()
 	f.clockOffset = app.Flag("fault.clock-offset", "How far the platform's clock runs ahead of this machine's (negative: behind), e.g. -40m; moves the data, token expiry and the Date header.").Default("0s").Duration()
-	f.rateLimits = app.Flag("api.rate-limits", "Enforce the per-client rate limits of the spec (accounts: 2,000 GET per 5 minutes); --no-api.rate-limits disables.").Default("true").Bool()
+	f.rateLimits = app.Flag("api.rate-limits", "Enforce the per-client rate limits of the spec (accounts and config: 2,000 GET per 5 minutes each); --no-api.rate-limits disables.").Default("true").Bool()
 	f.trafficScale = app.Flag("traffic.scale", "Multiplies every environment's traffic: the Metrics API's counts and the access logs alike (one model; 1 is about 1,100 requests/s for the default world).").
 		Default(strconv.FormatFloat(platformsim.DefaultTrafficScale, 'g', -1, 64)).Float64()
 	f.live = app.Flag("delivery.live", "Deliver every enabled RTLD profile's access logs as the clock passes them (--no-delivery.live: none).").Default("true").Bool()
@@ -243,11 +246,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if strings.TrimSpace(secret) == "" {
 		secret, secretSource = platformsim.DemoClientSecret, "documented demo secret"
 	}
-	cfg.Clients = []platformsim.Client{{
-		ID:     platformsim.DemoClientID,
-		Secret: secret,
-		Scopes: []string{platformsim.ScopeMetrics, platformsim.ScopeAccounts, platformsim.ScopeRTLD},
-	}}
+	demo := platformsim.DemoClient(cli.SplitList(*f.clientScopes...)...)
+	demo.Secret = secret
+	cfg.Clients = []platformsim.Client{demo}
 
 	cfg.Logger = log
 	cfg.Delivery.Logger = log.With("component", "rtld-delivery")
@@ -271,6 +272,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		"organization_id", platformsim.DemoOrganizationID,
 		"client_id", platformsim.DemoClientID,
 		"client_secret_from", secretSource,
+		"client_scopes", strings.Join(demo.Scopes, " "),
 		"properties", len(srv.Properties()),
 		"environments", len(envs),
 		"seed", *f.seed,

@@ -12,8 +12,8 @@ import (
 
 // RunPromQL runs expr as Grafana would (a range query over the dashboard's
 // range for time series, an instant query at its end for instant targets)
-// and returns the number of finite samples.
-func RunPromQL(api promv1.API, expr string, instant bool, v Values) (int, error) {
+// and returns the number of finite samples and the series they belong to.
+func RunPromQL(api promv1.API, expr string, instant bool, v Values) (int, []model.Metric, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var (
@@ -26,7 +26,7 @@ func RunPromQL(api promv1.API, expr string, instant bool, v Values) (int, error)
 		val, _, _, err = api.QueryRange(ctx, expr, promv1.Range{Start: v.From, End: v.To, Step: 5 * time.Second})
 	}
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	n := 0
 	finite := func(f model.SampleValue) {
@@ -34,21 +34,24 @@ func RunPromQL(api promv1.API, expr string, instant bool, v Values) (int, error)
 			n++
 		}
 	}
+	var series []model.Metric
 	switch r := val.(type) {
 	case model.Vector:
 		for _, s := range r {
 			finite(s.Value)
+			series = append(series, s.Metric)
 		}
 	case model.Matrix:
 		for _, s := range r {
 			for _, p := range s.Values {
 				finite(p.Value)
 			}
+			series = append(series, s.Metric)
 		}
 	case *model.Scalar:
 		finite(r.Value)
 	default:
-		return 0, fmt.Errorf("unexpected result type %s", val.Type())
+		return 0, nil, fmt.Errorf("unexpected result type %s", val.Type())
 	}
-	return n, nil
+	return n, series, nil
 }

@@ -140,7 +140,7 @@ func (r *reconcileRun) checkDashboard(t *testing.T, prom *testenv.PrometheusServ
 				if err != nil {
 					t.Fatalf("%s: %v", q.Where, err)
 				}
-				n, err = deploytest.RunPromQL(prom.API(), text, q.Instant, prv)
+				n, _, err = deploytest.RunPromQL(prom.API(), text, q.Instant, prv)
 				if err != nil {
 					t.Errorf("%s (%s): %v\n%s", q.Where, sel.name, err, text)
 					continue
