@@ -299,7 +299,8 @@ func TestReconcileTenEnvironments(t *testing.T) {
 	r.profiles(t)
 
 	rows := r.waitCompared(t, 6, 4*time.Minute)
-	t.Logf("simulated clock at %s; delivery %+v", r.clock.Now().Format("15:04"), r.sim.Delivered())
+	t.Logf("simulated clock at %s; delivery %+v; batches received %v", r.clock.Now().Format("15:04"), r.sim.Delivered(),
+		prom.QueryVector(t, "sum by (status) (edgepipe_rtld_batches_received_total)"))
 	exact := func(env string) bool { return env != r.envs[dropBatches] && env != r.envs[dropRecords] }
 	r.checkRows(t, rows, exact)
 	for env := range sampled {

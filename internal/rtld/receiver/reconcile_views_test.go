@@ -2,6 +2,7 @@ package receiver_test
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgepipe/edgepipe/internal/deploytest"
+	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -62,7 +65,7 @@ func chartAlertExpr(t *testing.T, alert string) string {
 
 // startExporter runs the exporter binary at addr polling the simulator
 // every 2 seconds for the run's environments (the Metrics API's view of the
-// dashboard).
+// dashboard, and cdn_environment_info with their names).
 func (r *reconcileRun) startExporter(t *testing.T, addr string) {
 	t.Helper()
 	args := []string{"--api.url=" + r.apiURL, "--auth.url=" + r.apiURL, "--web.listen-address=" + addr,
@@ -119,6 +122,7 @@ func (r *reconcileRun) checkDashboard(t *testing.T, prom *testenv.PrometheusServ
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	r.nameEnvironments(t)
 	ran := 0
 	for _, sel := range []struct {
 		name string
@@ -171,4 +175,29 @@ func (r *reconcileRun) checkDashboard(t *testing.T, prom *testenv.PrometheusServ
 		}
 	}
 	t.Logf("%d dashboard queries returned data", ran)
+}
+
+// nameEnvironments creates the exporter's environments table as its sink
+// does, naming the run's environments (what the dashboard's SQL joins).
+func (r *reconcileRun) nameEnvironments(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := chsink.Open(ctx, r.ch.DSN(r.db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	spec := inventorytables.EnvironmentsTable()
+	for _, stmt := range chsink.CreateStatements(db.Database(), "", db.Version(), spec) {
+		if err := db.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows [][]any
+	for i, env := range r.envs {
+		rows = append(rows, []any{env, fmt.Sprintf("env-%d", i), "p-1", "shop", "o-1", simStart, uint64(1)})
+	}
+	if err := db.Insert(ctx, spec.Name, []string{"environment_id", "environment", "property_id", "property", "organization_id", "seen_at", "version"}, rows); err != nil {
+		t.Fatal(err)
+	}
 }
