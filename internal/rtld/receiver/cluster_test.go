@@ -2,10 +2,8 @@ package receiver_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -29,43 +27,20 @@ func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 	c := testenv.ClickHouseCluster(t, testenv.ClusterOptions{Shards: 2, Replicas: 2})
 	const db = "logs"
 	cert := newTestCert(t)
-	sim, err := platformsim.New(platformsim.Config{
+	sim, apiURL := startSimulator(t, cert, platformsim.Config{
 		Seed: 5, Properties: 1, Environments: 1,
 		Delivery: platformsim.DeliveryConfig{
 			BatchSize: 50, AgentsPerEnvironment: 3, RetryInterval: 100 * time.Millisecond,
 			RequestTimeout: 10 * time.Second,
-			TLSConfig:      &tls.Config{RootCAs: cert.pool},
 			Faults:         platformsim.DeliveryFaults{DropAckPercent: 10},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	apiURL, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	env := sim.EnvironmentIDs()[0]
-	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
-	base := "https://" + addr
-	p := startReceiver(t,
-		[]string{
-			"--api.url=" + apiURL, "--auth.url=" + apiURL, "--environment-id=" + env,
-			"--public-url=" + base, "--web.listen-address=" + addr, "--web.config.file=" + cert.webConfig(t),
-			"--clickhouse.dsn=" + c.Node(1, 1).DSN(db), "--clickhouse.cluster=" + c.Name,
-			"--spool.dir=" + filepath.Join(t.TempDir(), "spool"),
-		},
-		[]string{
-			"EDGEPIPE_CLIENT_ID=" + platformsim.DemoClientID, "EDGEPIPE_CLIENT_SECRET=" + platformsim.DemoClientSecret,
-			"EDGEPIPE_RTLD_USERNAME=platform", "EDGEPIPE_RTLD_PASSWORD=correct horse",
-		},
+	p, _ := startSimulatedReceiver(t, cert, apiURL, []string{env},
+		"--clickhouse.dsn="+c.Node(1, 1).DSN(db), "--clickhouse.cluster="+c.Name,
+		"--spool.dir="+filepath.Join(t.TempDir(), "spool"),
 	)
-	var profile int64
-	waitFor(t, "the receiver to register its profile", 30*time.Second, func() bool {
-		profile, err = profileID(ctx, t, apiURL, env)
-		return err == nil
-	})
+	profile := waitProfile(ctx, t, apiURL, env)
 
 	reader := c.Node(2, 1).Conn(t) // not the node the receiver writes to
 	counts := func() (final, uuids uint64, err error) {
@@ -87,6 +62,7 @@ func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 		generated <- nil
 	}()
 	var atKill uint64
+	var err error
 	waitFor(t, "records in ClickHouse before the crash", 60*time.Second, func() bool {
 		atKill, _, err = counts()
 		return err == nil && atKill >= 200

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -482,26 +481,11 @@ func TestReconcileThroughKills(t *testing.T) {
 			}
 		}
 	}
-	metrics := scrapeText(t, client, base+"/metrics")
+	metrics := string(scrapeText(t, client, base+"/metrics"))
 	if !strings.Contains(metrics, `reason="counts_lost"`) {
 		t.Errorf("no bucket skipped with reason counts_lost after the state file was damaged:\n%s", grepLines(metrics, "edgepipe_rtld_reconcile"))
 	}
 	t.Logf("after the last restart:\n%s", grepLines(metrics, "edgepipe_rtld_reconcile"))
-}
-
-// scrapeText returns a /metrics exposition.
-func scrapeText(t *testing.T, client *http.Client, u string) string {
-	t.Helper()
-	resp, err := client.Get(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
 
 // grepLines returns the lines of text that contain s.
@@ -633,7 +617,7 @@ func TestReconcileWithoutMetricsScope(t *testing.T) {
 		return n
 	}
 	waitFor(t, "buckets skipped as forbidden", 2*time.Minute, func() bool { return forbidden() >= 2*float64(len(r.envs)) })
-	text := scrapeText(t, client, base+"/metrics")
+	text := string(scrapeText(t, client, base+"/metrics"))
 	for _, env := range r.envs {
 		if n := scrape(client, base+"/metrics", `edgepipe_rtld_reconciled_buckets_total{environment_id="`+env+`"}`); n != 0 {
 			t.Errorf("%s: %v buckets compared without the scope", env, n)
