@@ -30,9 +30,9 @@ func (f *reconcileFlags) add(app *cli.App) {
 		Default(reconcile.DefaultGiveUpAfter.String()).DurationVar(&f.giveUp)
 	app.Flag("reconcile.counts", "Where the records of a bucket are counted: spool (what this receiver accepted; one replica) or clickhouse (access_logs under FINAL, exact across replicas; needs --clickhouse.dsn).").
 		Default(reconcile.CountsSpool).EnumVar(&f.counts, reconcile.CountsSpool, reconcile.CountsClickHouse)
-	app.Flag("reconcile.replica", "This receiver's name among the replicas (default: the host name, the pod's name in a StatefulSet).").StringVar(&f.replica)
+	app.Flag("reconcile.replica", "This receiver's name among the replicas (default: the host name, the pod's name in a StatefulSet).").PlaceHolder("NAME").StringVar(&f.replica)
 	app.Flag("reconcile.leader", "With several replicas and --reconcile.counts=clickhouse: the one replica that compares and publishes the edgepipe_rtld_reconciled_* metrics and log_completeness (the others only report their delivery progress). Empty: this one.").
-		StringVar(&f.leader)
+		PlaceHolder("NAME").StringVar(&f.leader)
 	app.Flag("profile.downsampling-percent", "The profile's downsampling_percent: "+percents()+". Unset keeps the profile's own (the operator's cost decision, never reverted); reconciliation compares each bucket with the share in force for it.").
 		PlaceHolder("PERCENT").HintOptions(strings.Split(percents(), ", ")...).StringVar(&f.downsampling)
 }

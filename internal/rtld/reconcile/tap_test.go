@@ -118,3 +118,24 @@ func btoa(b bool) string {
 	}
 	return "false"
 }
+
+// TestProfileTapWatch: without a registrar the reconciliation lists the
+// profiles itself, a page at a time, and learns the same states.
+func TestProfileTapWatch(t *testing.T) {
+	clock := NewPlatformTime(nil)
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	clock.ObserveDate(t0, 0)
+	api := &scriptedAPI{clock: clock, date: t0.Add(time.Minute), answers: map[string]string{
+		http.MethodGet + " " + profilesPath: `{"items":[{"id":4,"environment_id":"env-a","profile_name":"edgepipe","enabled":true,"downsampling_percent":50,"delivery_method":{"type":"http_post","destination_endpoint":"https://anywhere.example.com/x"}}]}`,
+	}}
+	var got []ProfileState
+	tap := &ProfileTap{api: api, name: "edgepipe", clock: clock,
+		observe: func(_ string, s ProfileState, _, _ time.Time) { got = append(got, s) }}
+	if err := tap.watchOnce(context.Background(), "env-a"); err != nil {
+		t.Fatal(err)
+	}
+	// No destination to check (--no-register): any counts.
+	if want := (ProfileState{Delivering: true, Percent: 50}); len(got) != 1 || got[0] != want {
+		t.Fatalf("observed %+v, want %+v", got, want)
+	}
+}
