@@ -325,7 +325,7 @@ func (r *Reconciler) apply(plans []*envPlan) bool {
 
 // recountEvery is how often ClickHouse counts of compared buckets are
 // taken again for records that arrived after the comparison.
-const recountEvery = 10 * time.Minute
+const recountEvery = 30 * time.Minute
 
 // publishLate adds the records counted for compared buckets since they
 // were compared (late delivery) to the counters and the table.
