@@ -41,6 +41,9 @@ SIM_URL="http://$SIM_ADDR"
 # peak, 120 at night), which a laptop delivers, receives and spools easily.
 SIM_TRAFFIC_SCALE=${SIM_TRAFFIC_SCALE:-0.5}
 RECEIVER_ENVIRONMENTS=${RECEIVER_ENVIRONMENTS:-6}
+# How long after a bucket ends the receiver compares its records with the
+# Metrics API: the simulator's data settles in 10 minutes.
+RECONCILE_DELAY=${RECONCILE_DELAY:-12m}
 # The simulator's demo organization and credentials (internal/platformsim).
 ORG_ID=${EDGEPIPE_ORGANIZATION_ID:-7c1e5a0d-3b94-4f26-8d1a-5e0b9c2f4a61}
 export EDGEPIPE_CLIENT_ID=${EDGEPIPE_CLIENT_ID:-edgepipe-demo}
@@ -248,6 +251,7 @@ if [ -x "$BIN/rtld-receiver" ]; then
 			--public-url="https://$RECEIVER_ADDR" \
 			--web.config.file="$TLS_DIR/web.yml" \
 			--spool.dir="$DEMO_DIR/spool" \
+			--reconcile.delay="$RECONCILE_DELAY" \
 			--web.listen-address="$RECEIVER_ADDR" \
 			"${receiver_sinks[@]}"; then
 			wait_port "$RECEIVER_ADDR" rtld-receiver
