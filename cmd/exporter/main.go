@@ -61,7 +61,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	if err != nil && !errors.Is(err, cli.ErrPrinted) { // ErrPrinted: the metrics were described
 		fmt.Fprintln(os.Stderr, "exporter:", err)
 		os.Exit(1)
 	}

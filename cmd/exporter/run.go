@@ -156,6 +156,7 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 			},
 		},
 		Metrics:  x.metrics,
+		Registry: x.reg,
 		Handler:  x.handler,
 		Listener: deps.listener,
 	}, h.log)

@@ -15,6 +15,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/preflight"
 	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/reconcile"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
@@ -52,8 +53,14 @@ type receiverCheck struct {
 	// environments are the environments served (--environment-id, or the
 	// simulator's).
 	environments []string
-	// api and registrar talk to the platform when the receiver registers
-	// profiles (nil otherwise).
+	// reconciling is set when the receiver compares the logs with the
+	// Metrics API; reconcileOff says why not, when --reconcile.delay asks
+	// for it but the settings lack what it needs (the receiver then runs
+	// without it).
+	reconciling  bool
+	reconcileOff string
+	// api talks to the platform when the receiver registers profiles or
+	// reconciles; registrar when it registers (nil otherwise).
 	api       *platform.Client
 	clientID  string
 	registrar *rtld.Registrar
@@ -77,6 +84,9 @@ func (x *receiverCheck) close() {
 func (x *receiverCheck) configure() error {
 	f := x.f
 	if err := checkSizes(f); err != nil {
+		return err
+	}
+	if err := f.reconcile.check(f.clickhouseDSN); err != nil {
 		return err
 	}
 	var err error
@@ -114,10 +124,33 @@ func (x *receiverCheck) configure() error {
 	} else if x.sec.rtldUsername == "" || x.sec.rtldPassword == "" {
 		return errors.New("EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD (or --rtld.password-file) must be set: every batch is checked against them")
 	}
-	if !f.register {
+	x.reconciling = f.reconcile.delay > 0
+	if x.reconciling && !f.register {
+		if x.reconcileOff = x.reconcileLacks(); x.reconcileOff != "" {
+			x.reconciling = false
+		}
+	}
+	if !f.register && !x.reconciling {
 		return nil
 	}
 	return x.configurePlatform(clientSecret)
+}
+
+// reconcileLacks says what the receiver lacks to reconcile without
+// registering profiles, as it decides at start ("" when nothing).
+func (x *receiverCheck) reconcileLacks() string {
+	p := x.f.platform
+	switch {
+	case p.APIURL == "":
+		return "no --api.url"
+	case len(x.environments) == 0:
+		return "no --environment-id"
+	case !x.f.simulate:
+		if _, _, err := p.Credentials(); err != nil {
+			return err.Error()
+		}
+	}
+	return ""
 }
 
 // simulate starts the simulator's API for --simulate, and takes its demo
@@ -144,16 +177,16 @@ func (x *receiverCheck) simulate() (clientSecret string, err error) {
 	return clientSecret, nil
 }
 
-// configurePlatform builds the API client and the registrar the receiver
-// registers profiles with, as the receiver does at start. clientSecret is
-// the simulator's; otherwise the credentials are read here.
+// configurePlatform builds the API client the receiver registers profiles
+// and reconciles with, and the registrar, as the receiver does at start.
+// clientSecret is the simulator's; otherwise the credentials are read
+// here.
 func (x *receiverCheck) configurePlatform(clientSecret string) error {
 	f, p := x.f, x.f.platform
-	if len(x.environments) == 0 {
-		return errors.New("--environment-id is required to register profiles (or --no-register)")
-	}
-	if p.APIURL == "" {
-		return errors.New("--api.url (or EDGEPIPE_API_URL) is required to register profiles (or --no-register)")
+	if f.register {
+		if err := x.registerSettings(); err != nil {
+			return err
+		}
 	}
 	if !f.simulate {
 		var err error
@@ -167,13 +200,30 @@ func (x *receiverCheck) configurePlatform(clientSecret string) error {
 		return err
 	}
 	x.api = api
+	if !f.register {
+		return nil
+	}
+	percent, _ := f.reconcile.downsamplingPercent() // checked by registerSettings
 	x.registrar, err = rtld.NewRegistrar(api.RTLD(), rtld.RegistrarConfig{
 		EnvironmentIDs: x.environments, ProfileName: f.profileName, PublicURL: strings.TrimRight(f.publicURL, "/"),
 		Username: x.sec.rtldUsername, Password: x.sec.rtldPassword, Fields: cli.SplitList(f.fields), Interval: f.registerInterval,
+		DownsamplingPercent: percent,
 	})
 	if err != nil && !strings.HasPrefix(f.publicURL, "https://") {
 		x.registrar, err = nil, nil // the public URL's check says why
 	}
+	return err
+}
+
+// registerSettings refuses what registering profiles lacks.
+func (x *receiverCheck) registerSettings() error {
+	if len(x.environments) == 0 {
+		return errors.New("--environment-id is required to register profiles (or --no-register)")
+	}
+	if x.f.platform.APIURL == "" {
+		return errors.New("--api.url (or EDGEPIPE_API_URL) is required to register profiles (or --no-register)")
+	}
+	_, err := x.f.reconcile.downsamplingPercent()
 	return err
 }
 
@@ -198,9 +248,6 @@ func (x *receiverCheck) checks() []preflight.Check {
 // scopes are the scopes the receiver's configuration needs, each with a
 // request it authorises.
 func (x *receiverCheck) scopes() []preflight.ScopeUse {
-	// Reconciliation (--reconcile.delay, being added on issue-19-reconcile)
-	// reads the Metrics API: set reconciling from its flag when it lands.
-	reconciling := false
 	var uses []preflight.ScopeUse
 	for _, s := range []struct {
 		on  bool
@@ -208,7 +255,7 @@ func (x *receiverCheck) scopes() []preflight.ScopeUse {
 	}{
 		{x.f.register, preflight.ScopeUse{Scope: platform.ScopeRTLD, For: "registering the access-log profiles",
 			Otherwise: "pass --no-register and manage the profiles yourself", Probe: x.probeRTLD}},
-		{reconciling, preflight.ScopeUse{Scope: platform.ScopeMetrics, For: "comparing the logs with the Metrics API",
+		{x.reconciling, preflight.ScopeUse{Scope: platform.ScopeMetrics, For: "comparing the logs with the Metrics API (reconciliation)",
 			Otherwise: "set --reconcile.delay=0 to turn reconciliation off", Probe: x.probeMetrics}},
 	} {
 		if s.on {
@@ -231,6 +278,9 @@ func (x *receiverCheck) platformChecks() []preflight.Check {
 	for _, u := range uses {
 		checks = append(checks, pf.Scope(u))
 	}
+	if !x.f.register {
+		return checks
+	}
 	envNeeds := []string{preflight.ScopeCheck(platform.ScopeRTLD)}
 	if !x.f.simulate { // the simulator posts to the receiver on loopback
 		pu := &preflight.PublicURL{URL: x.f.publicURL, WebConfigFile: *x.f.web.Flags.WebConfigFile,
@@ -248,7 +298,7 @@ func (x *receiverCheck) describe() string {
 	switch {
 	case f.simulate:
 		parts = append(parts, "the built-in simulator at "+f.platform.APIURL+" (--simulate)")
-	case f.register:
+	case x.api != nil:
 		parts = append(parts, "API "+f.platform.APIURL)
 	}
 	parts = append(parts, fmt.Sprintf("%d environment(s)", len(x.environments)))
@@ -256,6 +306,14 @@ func (x *receiverCheck) describe() string {
 		parts = append(parts, "registers profile "+strconv.Quote(f.profileName))
 	} else {
 		parts = append(parts, "profiles managed elsewhere (--no-register)")
+	}
+	switch {
+	case x.reconciling:
+		parts = append(parts, fmt.Sprintf("reconciles with the Metrics API %s after each bucket (counts from %s)", f.reconcile.delay, f.reconcile.counts))
+	case x.reconcileOff != "":
+		parts = append(parts, "no reconciliation ("+x.reconcileOff+")")
+	default:
+		parts = append(parts, "no reconciliation (--reconcile.delay=0)")
 	}
 	var sinks []string
 	if x.kafka != nil {
@@ -327,9 +385,9 @@ func (x *receiverCheck) checkEnvironments(ctx context.Context) preflight.Result 
 	return preflight.Pass("%s", msg)
 }
 
-// clickhouseChecks are "ClickHouse" and "ClickHouse tables" (access_logs
-// and the environments table the sink makes), as the sink would find them
-// at start.
+// clickhouseChecks are "ClickHouse" and "ClickHouse tables" (access_logs,
+// the environments table the sink makes, the reconciliation's tables), as
+// the receiver would find them at start.
 func (x *receiverCheck) clickhouseChecks() []preflight.Check {
 	cfg := *x.clickhouse
 	var db *clickhouse.DB
@@ -338,7 +396,14 @@ func (x *receiverCheck) clickhouseChecks() []preflight.Check {
 		x.closers = append(x.closers, func() { _ = d.Close() })
 	}
 	open := func(ctx context.Context) (*clickhouse.DB, error) { return logtable.OpenReadOnly(ctx, cfg) }
-	inspect := func(ctx context.Context) ([]*clickhouse.TableReport, error) { return logtable.Inspect(ctx, db, cfg) }
+	var extra []*clickhouse.Table
+	if x.reconciling {
+		extra = append(extra, reconcile.Completeness())
+		if x.f.reconcile.counts == reconcile.CountsClickHouse {
+			extra = append(extra, reconcile.Progress())
+		}
+	}
+	inspect := func(ctx context.Context) ([]*clickhouse.TableReport, error) { return logtable.Inspect(ctx, db, cfg, extra...) }
 	return []preflight.Check{
 		preflight.ClickHouse(cfg.DSN, open, keep),
 		preflight.ClickHouseTables("ClickHouse tables", inspect),

@@ -42,9 +42,11 @@ func TestCheck(t *testing.T) {
 	}
 	publicURL := serve("127.0.0.1")
 
-	// The demo client, and one without the RTLD service's scope.
+	// The demo client, one without the RTLD service's scope and one
+	// without the Metrics API's.
 	sim, err := platformsim.New(platformsim.Config{Seed: 5, Clients: []platformsim.Client{platformsim.DemoClient(),
-		{ID: "rtld-less", Secret: platformsim.DemoClientSecret, Scopes: []string{platformsim.ScopeMetrics, platformsim.ScopeAccounts, platformsim.ScopeConfig}}}})
+		{ID: "rtld-less", Secret: platformsim.DemoClientSecret, Scopes: []string{platformsim.ScopeMetrics, platformsim.ScopeAccounts, platformsim.ScopeConfig}},
+		{ID: "metrics-less", Secret: platformsim.DemoClientSecret, Scopes: []string{platformsim.ScopeRTLD, platformsim.ScopeAccounts, platformsim.ScopeConfig}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,20 +101,21 @@ func TestCheck(t *testing.T) {
 		absent []string
 	}{
 		{name: "all good", args: sinks,
-			want: []string{"ok    configuration: API " + base + ", 2 environment(s), registers profile \"edgepipe\", sinks: Kafka, ClickHouse",
+			want: []string{"ok    configuration: API " + base + ", 2 environment(s), registers profile \"edgepipe\", reconciles with the Metrics API 30m0s after each bucket (counts from spool), sinks: Kafka, ClickHouse",
 				"ok    spool directory:", "ok    credentials: " + base + "/connect/token issues tokens to API client edgepipe-demo",
 				"ok    scope app.rtld: granted; the RTLD service lists ", " log fields",
+				"ok    scope app.metrics: granted; the Metrics API lists 6 datasets",
 				"ok    public URL: destination_endpoint " + publicURL + "/ingest/<environment_id>",
 				"ok    public URL certificate: the certificate served at " + strings.TrimPrefix(publicURL, "https://") + ": for 127.0.0.1, issued by \"CN=edgepipe test CA\"",
 				"ok    environments: 2 exist; profile \"edgepipe\" delivers here in 1, is created at start in 1",
 				"ok    ClickHouse: clickhouse://" + ch.Addr() + "/" + absent + ": ClickHouse 18.16", "database " + absent + " does not exist yet (created at start)",
-				"ok    ClickHouse tables: 2 tables: 0 exist and fit; created at start: `" + absent + "`.`access_logs`, `" + absent + "`.`environments`",
+				"ok    ClickHouse tables: 3 tables: 0 exist and fit; created at start: `" + absent + "`.`access_logs`, `" + absent + "`.`environments`, `" + absent + "`.`log_completeness`",
 				"ok    Kafka: 1 broker(s) answer: " + kafka.Addr(),
 				"ok    Kafka topic logs: exists, 3 partitions",
 				"ok    Kafka message size: topic logs takes record batches of up to 1048588 bytes (the broker's message.max.bytes), at least --kafka.max-message-bytes (1048576)",
-				"12 checks: 12 passed, 0 failed, 0 skipped"}},
+				"13 checks: 13 passed, 0 failed, 0 skipped"}},
 		{name: "access_logs fits", args: []string{"--clickhouse.dsn=" + ch.DSN(fits)},
-			want: []string{"database " + fits + " exists", "ok    ClickHouse tables: 2 tables: 2 exist and fit", "0 failed"}},
+			want: []string{"database " + fits + " exists", "ok    ClickHouse tables: 3 tables: 2 exist and fit; created at start: `" + fits + "`.`log_completeness`", "0 failed"}},
 		{name: "access_logs incompatible", args: []string{"--clickhouse.dsn=" + ch.DSN(incompatible)}, code: 1,
 			want: []string{"FAIL  ClickHouse tables: column status_code of table access_logs has type Date, which cannot hold the field status_code",
 				"ALTER TABLE access_logs MODIFY COLUMN status_code", "nothing was changed"}},
@@ -147,16 +150,31 @@ func TestCheck(t *testing.T) {
 		{name: "topic created at start", args: []string{"--kafka.brokers=" + kafka.Addr(), "--kafka.topic=later"},
 			want: []string{"ok    Kafka topic later: does not exist yet: the receiver creates it at start (--kafka.create-topic, 6 partitions)",
 				"ok    Kafka message size: a topic created at start takes record batches of up to 1048588 bytes (the broker's message.max.bytes)", "0 failed"}},
-		{name: "no register", args: []string{"--no-register"},
-			want:   []string{"ok    configuration: 2 environment(s), profiles managed elsewhere (--no-register), sinks: none", "2 checks: 2 passed"},
+		{name: "no register, no reconciliation", args: []string{"--no-register", "--reconcile.delay=0"},
+			want:   []string{"ok    configuration: 2 environment(s), profiles managed elsewhere (--no-register), no reconciliation (--reconcile.delay=0), sinks: none", "2 checks: 2 passed"},
 			absent: []string{"credentials", "public URL"}},
+		{name: "no register, reconciling", args: []string{"--no-register"},
+			want: []string{"ok    configuration: API " + base + ", 2 environment(s), profiles managed elsewhere (--no-register), reconciles with the Metrics API",
+				"ok    credentials:", "issues tokens to API client edgepipe-demo", "ok    scope app.metrics: granted", "4 checks: 4 passed"},
+			absent: []string{"app.rtld", "public URL", "environments"}},
+		{name: "no register, reconciliation lacks the API", args: []string{"--no-register"}, env: []string{"EDGEPIPE_API_URL="},
+			want:   []string{"ok    configuration: 2 environment(s), profiles managed elsewhere (--no-register), no reconciliation (no --api.url)", "2 checks: 2 passed"},
+			absent: []string{"credentials"}},
+		{name: "no app.metrics", env: []string{"EDGEPIPE_CLIENT_ID=metrics-less"}, code: 1,
+			want: []string{"ok    scope app.rtld", "FAIL  scope app.metrics: the token endpoint refuses it", "grant scope app.metrics to API client metrics-less",
+				"needs it for comparing the logs with the Metrics API (reconciliation), or set --reconcile.delay=0 to turn reconciliation off",
+				"ok    environments"}},
+		{name: "no app.metrics, reconciliation off", args: []string{"--reconcile.delay=0"}, env: []string{"EDGEPIPE_CLIENT_ID=metrics-less"},
+			want: []string{"no reconciliation (--reconcile.delay=0)", "ok    scope app.rtld", "ok    environments", "0 failed, 0 skipped"}, absent: []string{"scope app.metrics"}},
+		{name: "reconciliation settings the receiver refuses", args: []string{"--reconcile.counts=clickhouse"}, code: 1,
+			want: []string{"FAIL  configuration: --reconcile.counts=clickhouse needs --clickhouse.dsn", "1 checks"}},
 		{name: "a flag the receiver refuses", args: []string{"--log-metrics.top-n=0"}, code: 1,
 			want: []string{"FAIL  configuration: --log-metrics.top-n must be at least 1", "1 checks"}},
 		{name: "no RTLD password", env: []string{"EDGEPIPE_RTLD_PASSWORD="}, code: 1,
 			want: []string{"FAIL  configuration: EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD (or --rtld.password-file) must be set", "1 checks"}},
 		{name: "simulate", args: []string{"--simulate"}, env: []string{"EDGEPIPE_ENVIRONMENT_ID=", "EDGEPIPE_PUBLIC_URL=", "EDGEPIPE_API_URL="},
 			want: []string{"ok    configuration: the built-in simulator at http://127.0.0.1:", "3 environment(s)", "ok    scope app.rtld",
-				"ok    environments: 3 exist", "0 failed"}, absent: []string{"public URL"}},
+				"ok    scope app.metrics", "ok    environments: 3 exist", "0 failed"}, absent: []string{"public URL"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"check", "--spool.dir=" + t.TempDir(), "--log.level=warn"}, tc.args...)

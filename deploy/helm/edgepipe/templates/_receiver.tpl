@@ -29,6 +29,10 @@ with.
 {{- if not .Values.receiver.register }}
 - --no-register
 {{- end }}
+{{- with .Values.receiver.downsamplingPercent }}
+- --profile.downsampling-percent={{ . }}
+{{- end }}
+{{- include "edgepipe.receiverReconcileArgs" . | trim | nindent 0 }}
 {{- if .Values.receiver.kafka.brokers }}
 - --kafka.topic={{ .Values.receiver.kafka.topic }}
 - --kafka.max-message-bytes={{ .Values.receiver.kafka.maxMessageBytes }}

@@ -21,9 +21,10 @@ func OpenReadOnly(ctx context.Context, cfg Config) (*clickhouse.DB, error) {
 // OpenReadOnly), without creating or altering anything: access_logs, with
 // the columns it would add (with the types the table has, as the sink reads
 // them) and as its Problem an *IncompatibleColumnError for a column that
-// cannot hold its field, and the environments table the sink makes for the
-// dashboards. An error means the server could not be read.
-func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config) ([]*clickhouse.TableReport, error) {
+// cannot hold its field, the environments table the sink makes for the
+// dashboards, then each of extra (the reconciliation's tables). An error
+// means the server could not be read.
+func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config, extra ...*clickhouse.Table) ([]*clickhouse.TableReport, error) {
 	cfg = cfg.withDefaults()
 	spec, err := TableSpec(db.Version(), cfg.Fields, nil, cfg.Retention)
 	if err != nil {
@@ -38,11 +39,15 @@ func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config) ([]*clickhouse.
 	if r.Exists && r.Problem == nil {
 		checkColumns(db.Version(), cfg, r)
 	}
-	envs, err := schema.Inspect(ctx, inventorytables.EnvironmentsTable())
-	if err != nil {
-		return nil, fmt.Errorf("ClickHouse table %s: %w", db.Table(inventorytables.TableEnvironments), err)
+	reports := []*clickhouse.TableReport{r}
+	for _, t := range append([]*clickhouse.Table{inventorytables.EnvironmentsTable()}, extra...) {
+		r, err := schema.Inspect(ctx, t)
+		if err != nil {
+			return nil, fmt.Errorf("ClickHouse table %s: %w", db.Table(t.Name), err)
+		}
+		reports = append(reports, r)
 	}
-	return []*clickhouse.TableReport{r, envs}, nil
+	return reports, nil
 }
 
 // checkColumns reads the columns of an existing access_logs as
