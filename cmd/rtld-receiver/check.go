@@ -403,7 +403,9 @@ func (x *receiverCheck) clickhouseChecks() []preflight.Check {
 			extra = append(extra, reconcile.Progress())
 		}
 	}
-	inspect := func(ctx context.Context) ([]*clickhouse.TableReport, error) { return logtable.Inspect(ctx, db, cfg, extra...) }
+	inspect := func(ctx context.Context) ([]*clickhouse.TableReport, error) {
+		return logtable.Inspect(ctx, db, cfg, extra...)
+	}
 	return []preflight.Check{
 		preflight.ClickHouse(cfg.DSN, open, keep),
 		preflight.ClickHouseTables("ClickHouse tables", inspect),
