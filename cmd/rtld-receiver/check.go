@@ -93,27 +93,11 @@ func (x *receiverCheck) configure() error {
 	if x.sec, err = f.readSecrets(); err != nil {
 		return err
 	}
-	log := f.app.Logger()
-	if x.kafka, err = kafkaConfig(f, x.sec.kafkaUsername, x.sec.kafkaPassword, log); err != nil {
-		return err
-	}
-	if x.kafka != nil {
-		if x.kafkaSink, err = kafkasink.New(*x.kafka); err != nil {
-			return err
-		}
-		x.closers = append(x.closers, func() { _ = x.kafkaSink.Close() })
-	}
-	if err := checkRecordLimit(f); err != nil {
+	if err := x.configureSinks(); err != nil {
 		return err
 	}
 	if _, err := f.logMetrics.config(); err != nil {
 		return err
-	}
-	if x.clickhouse, err = clickhouseConfig(f, x.sec.clickhousePassword); err != nil {
-		return err
-	}
-	if x.clickhouse != nil {
-		x.clickhouse.Logger = log
 	}
 	x.environments = f.platform.EnvironmentIDs
 	var clientSecret string
@@ -134,6 +118,31 @@ func (x *receiverCheck) configure() error {
 		return nil
 	}
 	return x.configurePlatform(clientSecret)
+}
+
+// configureSinks builds the sinks' configurations as the receiver does.
+func (x *receiverCheck) configureSinks() error {
+	f, log := x.f, x.f.app.Logger()
+	var err error
+	if x.kafka, err = kafkaConfig(f, x.sec.kafkaUsername, x.sec.kafkaPassword, log); err != nil {
+		return err
+	}
+	if x.kafka != nil {
+		if x.kafkaSink, err = kafkasink.New(*x.kafka); err != nil {
+			return err
+		}
+		x.closers = append(x.closers, func() { _ = x.kafkaSink.Close() })
+	}
+	if err := checkRecordLimit(f); err != nil {
+		return err
+	}
+	if x.clickhouse, err = clickhouseConfig(f, x.sec.clickhousePassword); err != nil {
+		return err
+	}
+	if x.clickhouse != nil {
+		x.clickhouse.Logger = log
+	}
+	return nil
 }
 
 // reconcileLacks says what the receiver lacks to reconcile without
