@@ -13,6 +13,10 @@
 // delivers them again through the same sink code (with the same flags as
 // the receiver, after the operator fixed the topic or table) and removes
 // what the sink acknowledged. Replay is safe while the receiver runs.
+//
+// check (check.go) tries, once, each setting, credential and endpoint the
+// receiver would use with the same flags, one line per check, and exits 0
+// only when every check passed.
 package main
 
 import (
@@ -62,6 +66,7 @@ const (
 	cmdRun              = "run"
 	cmdDeadLetterList   = "dead-letter list"
 	cmdDeadLetterReplay = "dead-letter replay"
+	cmdCheck            = "check"
 )
 
 // flags holds the parsed command line.
@@ -197,6 +202,8 @@ func newCommandLine(stdout, stderr io.Writer) *flags {
 	replay := dl.Command("replay", "Deliver the dead letters again through the sink (after the topic or table was fixed); what the sink acknowledges is removed, what it rejects again stays. Safe while the receiver runs; one replay per sink at a time.")
 	replay.Flag("sink", "Only this sink's dead letters (kafka or clickhouse); default every sink that has some.").EnumVar(&f.deadLetterSink, receiver.SinkKafka, receiver.SinkClickHouse)
 	replay.Flag("timeout", "Give up (keeping what was not delivered) when the sink stays unreachable this long.").Default("5m").DurationVar(&f.replayTimeout)
+	app.Command(cmdCheck, "Try once each setting, credential and endpoint the receiver would use with the same flags and variables, "+
+		"print a line per check saying what it found or what to fix, and exit 0 only when every check passed. It creates and changes nothing.")
 	return f
 }
 
@@ -217,6 +224,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	f.resolve(cmd)
+	if f.command == cmdCheck {
+		return runCheck(ctx, f, stdout)
+	}
 	if err := checkSizes(f); err != nil {
 		return err
 	}
@@ -225,26 +235,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := f.app.Logger()
 
-	var username, password, chPassword, kafkaUsername, kafkaPassword string
-	for _, s := range []struct {
-		secret *cli.Secret
-		dst    *string
-	}{
-		{f.rtldUsername, &username},
-		{f.rtldPassword, &password},
-		{f.clickhousePassword, &chPassword},
-		{f.kafkaUsername, &kafkaUsername},
-		{f.kafkaPassword, &kafkaPassword},
-	} {
-		if *s.dst, err = s.secret.Read(); err != nil {
-			return err
-		}
+	sec, err := f.readSecrets()
+	if err != nil {
+		return err
 	}
+	username, password := sec.rtldUsername, sec.rtldPassword
+	chPassword, kafkaUsername, kafkaPassword := sec.clickhousePassword, sec.kafkaUsername, sec.kafkaPassword
 	switch f.command {
 	case cmdDeadLetterList:
 		return listDeadLetters(f, stdout)
 	case cmdDeadLetterReplay:
-		return replayDeadLetters(ctx, f, sinkSecrets{chPassword, kafkaUsername, kafkaPassword}, log, stdout)
+		return replayDeadLetters(ctx, f, sec.sinkSecrets, log, stdout)
 	}
 	cfg := receiver.Config{
 		SpoolDir:          f.spoolDir,
@@ -371,6 +372,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("rtld receiver stopped")
 	return err
+}
+
+// secrets are the receiver's secrets (the API client's are read by
+// cli.Platform).
+type secrets struct {
+	rtldUsername, rtldPassword string
+	sinkSecrets
+}
+
+// readSecrets reads the receiver's secrets from the environment and the
+// files named there or by the --…-file flags.
+func (f *flags) readSecrets() (secrets, error) {
+	var sec secrets
+	for _, s := range []struct {
+		secret *cli.Secret
+		dst    *string
+	}{
+		{f.rtldUsername, &sec.rtldUsername},
+		{f.rtldPassword, &sec.rtldPassword},
+		{f.clickhousePassword, &sec.clickhousePassword},
+		{f.kafkaUsername, &sec.kafkaUsername},
+		{f.kafkaPassword, &sec.kafkaPassword},
+	} {
+		var err error
+		if *s.dst, err = s.secret.Read(); err != nil {
+			return secrets{}, err
+		}
+	}
+	return sec, nil
 }
 
 // platformConfig sets up what the receiver asks the platform for: the
