@@ -173,6 +173,7 @@ func TestDashboardSQLCountsRecordsOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		createLogCompleteness(ctx, t, db, end) // read by the Log delivery dashboard
 		return db
 	}
 	once, twice := open("logs_once", 1), open("logs_twice", 2)
