@@ -3,7 +3,6 @@ package logtable
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -212,25 +211,10 @@ func TestRestartRegroupedNoDuplicates26(t *testing.T) {
 // migration recipe, comments removed, with the database cdn renamed db.
 func readmeMigration(t *testing.T, db string) []string {
 	t.Helper()
-	readme, err := os.ReadFile("../../../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(readme)
-	start := strings.Index(text, "### access_logs layout and migration")
-	if start < 0 {
-		t.Fatal("README has no section \"access_logs layout and migration\"")
-	}
-	m := regexp.MustCompile("(?s)```sql\n(.*?)```").FindStringSubmatch(text[start:])
-	if m == nil {
-		t.Fatal("README's access_logs migration has no sql block")
-	}
-	var stmts []string
-	for _, s := range strings.Split(regexp.MustCompile(`(?m)--.*$`).ReplaceAllString(m[1], ""), ";") {
-		if s = strings.TrimSpace(s); s != "" {
-			s = strings.ReplaceAll(s, "cdn.", db+".")
-			stmts = append(stmts, strings.ReplaceAll(s, "'cdn'", "'"+db+"'"))
-		}
+	stmts := testenv.READMESQL(t, "### access_logs layout and migration", "RENAME TABLE")
+	for i, s := range stmts {
+		s = strings.ReplaceAll(s, "cdn.", db+".")
+		stmts[i] = strings.ReplaceAll(s, "'cdn'", "'"+db+"'")
 	}
 	return stmts
 }
