@@ -195,22 +195,26 @@ func TestRestartRegroupedNoDuplicates26(t *testing.T) {
 	}
 }
 
-// readmeMigration returns the SQL statements of the README's access_logs
-// migration recipe, comments removed, with the database cdn renamed db.
-func readmeMigration(t *testing.T, db string) []string {
+// migrationDoc is the document whose section "access_logs layout and
+// migration" holds the recipe users run.
+const migrationDoc = "docs/clickhouse.md"
+
+// docMigration returns the SQL statements of the access_logs migration
+// recipe in migrationDoc, comments removed, with the database cdn renamed db.
+func docMigration(t *testing.T, db string) []string {
 	t.Helper()
-	readme, err := os.ReadFile("../../../../README.md")
+	doc, err := os.ReadFile("../../../../" + migrationDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(readme)
-	start := strings.Index(text, "### access_logs layout and migration")
+	text := string(doc)
+	start := strings.Index(text, "\n## access_logs layout and migration\n")
 	if start < 0 {
-		t.Fatal("README has no section \"access_logs layout and migration\"")
+		t.Fatalf("%s has no section \"## access_logs layout and migration\"", migrationDoc)
 	}
 	m := regexp.MustCompile("(?s)```sql\n(.*?)```").FindStringSubmatch(text[start:])
 	if m == nil {
-		t.Fatal("README's access_logs migration has no sql block")
+		t.Fatalf("the access_logs migration in %s has no sql block", migrationDoc)
 	}
 	var stmts []string
 	for _, s := range strings.Split(regexp.MustCompile(`(?m)--.*$`).ReplaceAllString(m[1], ""), ";") {
@@ -222,8 +226,8 @@ func readmeMigration(t *testing.T, db string) []string {
 	return stmts
 }
 
-// TestMigrationRecipeFrom1816LayoutOn26 runs the README's access_logs
-// migration recipe, statement by statement, on ClickHouse 26.x, from a
+// TestMigrationRecipeFrom1816LayoutOn26 runs the access_logs migration
+// recipe of migrationDoc, statement by statement, on ClickHouse 26.x, from a
 // table in the layout ClickHouse 18.16 gets (timestamp DateTime +
 // timestamp_us, sorted by identity) filled by the sink (which writes an
 // existing table in its own types): the copy keeps every record and its
@@ -245,9 +249,9 @@ func TestMigrationRecipeFrom1816LayoutOn26(t *testing.T) {
 		t.Fatal("no microseconds in timestamp_us: the old layout was not written as such")
 	}
 
-	stmts := readmeMigration(t, db)
+	stmts := docMigration(t, db)
 	if len(stmts) != 4 || !strings.HasPrefix(stmts[0], "RENAME TABLE") {
-		t.Fatalf("the README's recipe has %d statements, want RENAME, the copy, the check, DROP: %q", len(stmts), stmts)
+		t.Fatalf("the recipe in %s has %d statements, want RENAME, the copy, the check, DROP: %q", migrationDoc, len(stmts), stmts)
 	}
 	srv.Exec(t, stmts[0])
 	// The receiver goes on: its next delivery creates access_logs anew.
@@ -274,7 +278,8 @@ func TestMigrationRecipeFrom1816LayoutOn26(t *testing.T) {
 // record on ClickHouse 26.x, for 20,000 of the simulator's records with
 // every catalogued field, in the layout 26.x servers got before (plain
 // String columns, no codecs) and in the modern one, each merged into one
-// part (OPTIMIZE … FINAL). The README records the figures:
+// part (OPTIMIZE … FINAL). docs/clickhouse.md records the figures
+// (access_logs layout and migration):
 //
 //	go test -run TestAccessLogsBytesPerRecord26 -v ./internal/sinks/clickhouse/logtable
 func TestAccessLogsBytesPerRecord26(t *testing.T) {
