@@ -82,7 +82,7 @@ test: ## the whole suite, integration tests included (real services; see `make d
 deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper podman runc (apt), chDB's libchdb.so (npm: ClickHouse 26.x), helm and golangci-lint (go install), build the test OpenTelemetry Collector; only what is missing
 	@GO=$(GO) GOLANGCI_LINT_VERSION=$(GOLANGCI_LINT_VERSION) CHDB_PACKAGE=$(CHDB_PACKAGE) ./scripts/deps.sh
 
-bench: bench-scrape bench-scale bench-clickhouse bench-receiver ## the benchmarks whose results the README records
+bench: bench-scrape bench-scale bench-clickhouse bench-receiver ## the benchmarks whose results docs/performance.md records
 
 bench-scrape: ## Prometheus scrape time and memory per series vs a bare client_golang collector (100k, 1M series)
 	$(GO) test -run '^$$' -bench 'BenchmarkScrape' -benchtime 3x -timeout 60m ./internal/sinks/prometheus

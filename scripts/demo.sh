@@ -12,7 +12,7 @@
 #                                   write to them)
 # (skipping any whose binary is missing), prints where to look, and stops everything
 # on Ctrl-C. Logs go to $DEMO_DIR (default ./data/demo). Every address and
-# directory can be overridden, see the README's "Quick start".
+# directory can be overridden, see docs/demo.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

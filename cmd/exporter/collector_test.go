@@ -131,7 +131,7 @@ func promKey(m model.Metric) string {
 }
 
 // checkTranslatedNames checks the names the collector's translation gives
-// the OTLP metrics (README, "Names users depend on"): counts and ratios
+// the OTLP metrics (docs/metrics.md, "OpenTelemetry"): counts and ratios
 // keep their Prometheus names, percentiles and rates gain unit suffixes.
 func checkTranslatedNames(t *testing.T, prom *testenv.PrometheusServer, te *testExporter) {
 	t.Helper()

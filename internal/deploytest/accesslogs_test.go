@@ -69,17 +69,17 @@ func accessLogsDDL(t *testing.T, database string, v clickhouse.Version, fields [
 	return append(clickhouse.CreateStatements(database, "", v, spec), clickhouse.CreateStatements(database, "", v, rollup)...)
 }
 
-// rebuildRollup runs the README's rebuild of the per-minute rollup for
+// rebuildRollup runs the documented rebuild of the per-minute rollup for
 // every minute before cutoff on db's database, and waits for its DELETE.
 func rebuildRollup(ctx context.Context, t *testing.T, db *clickhouse.DB, cutoff time.Time) {
 	t.Helper()
-	stmts := testenv.READMESQL(t, "### access_logs_1m: the per-minute rollup", "DELETE WHERE")
+	stmts := testenv.DocSQL(t, "docs/clickhouse.md", "## access_logs_1m: the per-minute rollup", "DELETE WHERE")
 	for i, s := range stmts {
 		s = strings.ReplaceAll(s, "cdn.", clickhouse.QuoteIdent(db.Database())+".")
 		stmts[i] = strings.ReplaceAll(s, "2026-11-27 12:00:00", cutoff.UTC().Format(time.DateTime))
 	}
 	if err := testenv.ExecSession(ctx, db.Conn(), stmts); err != nil {
-		t.Fatalf("the README's rebuild of the rollup: %v", err)
+		t.Fatalf("the documented rebuild of the rollup: %v", err)
 	}
 	for {
 		var pending uint64
@@ -151,7 +151,7 @@ func resultText(ctx context.Context, conn driver.Conn, sql string) (string, erro
 // record was counted once. Each panel's result on a database holding every
 // record twice (two parts, merges stopped, as after redeliveries not
 // merged yet), whose rollup was rebuilt from access_logs FINAL by the
-// README's recipe (the view had counted both copies), equals its result
+// documented recipe (the view had counted both copies), equals its result
 // on a database holding every record once, whose rollup the view filled.
 func TestDashboardSQLCountsRecordsOnce(t *testing.T) {
 	srv := testenv.ClickHouse(t)

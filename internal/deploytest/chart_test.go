@@ -993,7 +993,7 @@ tests:
               summary: "the spool disk of ci-edgepipe-receiver-0 is full"
               runbook_url: "%[2]s#edgepipespooldiskfull"
               description: "Ingest answers 503 and /readyz fails until delivery frees segments or the volume grows; delivery goes on. Is a sink down (see edgepipe_rtld_sink_lag_bytes), or is --spool.max-bytes larger than the volume?"
-`, pod, "https://github.com/edgepipe/edgepipe/blob/main/deploy/helm/edgepipe/README.md")
+`, pod, "https://github.com/edgepipe/edgepipe/blob/main/docs/operations.md")
 	promtoolTestRules(t, rules, []byte(tests))
 }
 

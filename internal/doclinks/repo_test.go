@@ -2,8 +2,11 @@ package doclinks
 
 import (
 	"io/fs"
+	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -34,6 +37,52 @@ func TestRepositoryLinks(t *testing.T) {
 		}
 		for _, p := range problems {
 			t.Errorf("broken link: %s", p)
+		}
+	}
+}
+
+// MaxReadmeBytes is the most README.md may hold: what a newcomer reads
+// first (what edgepipe is, make demo, make test, the common configuration
+// and links) fits in five minutes; everything else has its page in docs/.
+const MaxReadmeBytes = 25600
+
+// TestReadmeSize fails when README.md grows beyond MaxReadmeBytes (wc -c).
+func TestReadmeSize(t *testing.T) {
+	fi, err := os.Stat(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() > MaxReadmeBytes {
+		t.Errorf("README.md is %d bytes, more than %d: move the new text to its page under docs/ (see docs/README.md) and link to it",
+			fi.Size(), MaxReadmeBytes)
+	}
+}
+
+// TestDocsIndex checks that docs/README.md links to every page under docs/
+// (the generated reference through its own index), so no page is only
+// reachable by chance.
+func TestDocsIndex(t *testing.T) {
+	const index = "docs/README.md"
+	src, err := os.ReadFile(filepath.Join(repoRoot, index))
+	if err != nil {
+		t.Fatal(err)
+	}
+	linked := map[string]bool{}
+	for _, l := range Parse(src).Links {
+		target, _, _ := strings.Cut(l.Target, "#")
+		if target != "" && !strings.Contains(target, "://") {
+			linked[path.Clean(path.Join(path.Dir(index), target))] = true
+		}
+	}
+	for _, doc := range markdownFiles(t, repoRoot) {
+		if !strings.HasPrefix(doc, "docs/") || doc == index {
+			continue
+		}
+		if strings.HasPrefix(doc, "docs/reference/") {
+			doc = "docs/reference/README.md"
+		}
+		if !linked[doc] {
+			t.Errorf("%s does not link to %s", index, doc)
 		}
 	}
 }

@@ -32,7 +32,8 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// leanConfig is the example config the README's table measures.
+// leanConfig is the example config the table of docs/performance.md (Scale)
+// measures.
 const leanConfig = "../../examples/lean.yaml"
 
 // run is one measured configuration.
@@ -594,7 +595,7 @@ func (r result) check(tb testing.TB) {
 	}
 }
 
-// row formats r as a row of the README's table.
+// row formats r as a row of the table in docs/performance.md (Scale).
 func (r result) row() string {
 	perSeries := "–"
 	if r.series > 0 {
@@ -675,8 +676,8 @@ func TestScaleSmoke(t *testing.T) {
 // properties with the default selection and budget; two measured cycles of
 // the default 1m poll interval each. Every cycle must take datasets ×
 // ceil(environments/20) data requests at the simulator. It prints the
-// README's table; EDGEPIPE_SCALE_RUN=<part of a run's name> runs only the
-// runs it names.
+// table of docs/performance.md (Scale); EDGEPIPE_SCALE_RUN=<part of a run's
+// name> runs only the runs it names.
 //
 //	go test -run '^$' -bench BenchmarkScale -benchtime 1x -timeout 90m ./internal/scalebench
 func BenchmarkScale(b *testing.B) {

@@ -149,7 +149,7 @@ func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 // access_logs FINAL key by key through the Distributed tables; an INSERT
 // repeated with the same rows (a retry after a lost acknowledgement) is
 // dropped by the Replicated access_logs_local and not counted by the
-// view; the README's rebuild, in its cluster form, makes the rollup exact
+// view; the documented rebuild, in its cluster form, makes the rollup exact
 // again after records were inserted twice in two different INSERTs.
 func clusterRollup(ctx context.Context, t *testing.T, c *testenv.Cluster, db string, total uint64) {
 	t.Helper()
@@ -216,7 +216,7 @@ func clusterRollup(ctx context.Context, t *testing.T, c *testenv.Cluster, db str
 	if err := conn.QueryRow(ctx, "SELECT toUInt64(countMerge(requests_state)) FROM "+db+".access_logs_1m").Scan(&rollup); err != nil || rollup != total+200 {
 		t.Fatalf("the rollup counts %d records (%v) after 100 were inserted again in another INSERT, want %d", rollup, err, total+200)
 	}
-	stmts := testenv.READMESQL(t, "### access_logs_1m: the per-minute rollup", "DELETE WHERE")
+	stmts := testenv.DocSQL(t, "docs/clickhouse.md", "## access_logs_1m: the per-minute rollup", "DELETE WHERE")
 	for i, s := range stmts {
 		s = strings.ReplaceAll(s, "cdn.", db+".")
 		s = strings.Replace(s, "access_logs_1m DELETE", "access_logs_1m_local ON CLUSTER "+c.Name+" DELETE", 1)
@@ -224,12 +224,12 @@ func clusterRollup(ctx context.Context, t *testing.T, c *testenv.Cluster, db str
 	}
 	stmts = append([]string{"SET insert_distributed_sync = 1"}, stmts...)
 	if err := testenv.ExecSession(ctx, conn, stmts); err != nil {
-		t.Fatalf("the README's rebuild on the cluster: %v", err)
+		t.Fatalf("the documented rebuild on the cluster: %v", err)
 	}
 	for _, n := range c.Nodes {
 		waitFor(t, "the rebuild's DELETE on "+n.ReplicaName, 60*time.Second, func() bool {
 			return n.QueryUint64(t, "SELECT count() FROM system.mutations WHERE database = '"+db+"' AND is_done = 0") == 0
 		})
 	}
-	compare("after the README's rebuild", total+100)
+	compare("after the documented rebuild", total+100)
 }

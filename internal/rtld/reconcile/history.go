@@ -34,7 +34,7 @@ type segment struct {
 // history is an environment's profile as the receiver saw it, segments in
 // time order, one per change. It assumes what two checks in a row both
 // found held in between: a profile changed and changed back between two
-// checks goes unnoticed (see the README).
+// checks goes unnoticed (see docs/operations.md, Known limits).
 type history []segment
 
 // observe records a check that found state s at a moment between lo and

@@ -342,8 +342,9 @@ func (s *Schema) complete(ctx context.Context, t *Table) ([]*nodeState, []string
 
 // checkDistributed returns an error naming a node where the table writers
 // insert into exists on a cluster but is not a Distributed table: writing
-// there would bypass the cluster, so the operator renames it (README:
-// migration) and Ensure creates the Distributed table.
+// there would bypass the cluster, so the operator renames it
+// (docs/clickhouse.md, access_logs layout and migration) and Ensure
+// creates the Distributed table.
 func (s *Schema) checkDistributed(t *Table, states []*nodeState) error {
 	for _, n := range states {
 		if n.dist != nil && n.dist.engine != "Distributed" {
@@ -864,7 +865,8 @@ func (s *Schema) addDistributedColumns(ctx context.Context, t *Table, states []*
 // logged, not returned. The TTL is changed only when the retention
 // changed, with materialize_ttl_after_modify = 0 where the server has it,
 // so no part is rewritten: parts written before keep the old retention
-// until a merge rewrites them anyway (README: retention).
+// until a merge rewrites them anyway (docs/clickhouse.md, retention
+// changes).
 func (s *Schema) setOptions(ctx context.Context, t *Table, states []*nodeState) {
 	local := s.db.Table(t.LocalName(s.db.cluster))
 	s.mu.Lock()

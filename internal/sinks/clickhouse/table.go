@@ -96,7 +96,7 @@ func (t *Table) LocalName(cluster string) string {
 // fresh server (cluster "") or cluster of servers of version v, in order,
 // each idempotent (IF NOT EXISTS): the database, the table, on a cluster
 // the Distributed table, and t's View, all ON CLUSTER. It is what Schema
-// runs when no node has the table yet, and what the README shows.
+// runs when no node has the table yet.
 func CreateStatements(database, cluster string, v Version, t *Table) []string {
 	on := onCluster(cluster)
 	stmts := []string{"CREATE DATABASE IF NOT EXISTS " + QuoteIdent(database) + on}

@@ -267,7 +267,7 @@ for the largest batch, or an ingest memory bound below one request. */}}
 {{/* The receiver's memory limit in MiB: receiver.resources.limits.memory,
 or the sizing rule 4 x ingest.maxMemoryBytes + 512Mi (bodies in flight,
 two delivery groups per sink, the runtime, and the garbage collector's
-headroom; see the README). */}}
+headroom; see docs/deployment.md, receiver memory). */}}
 {{- define "edgepipe.receiverMemoryLimitMiB" -}}
 {{- $l := dig "limits" "memory" "" .Values.receiver.resources }}
 {{- if $l }}

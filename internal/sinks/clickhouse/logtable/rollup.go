@@ -186,7 +186,7 @@ GROUP BY %s`, named(exprs[0], "minute"), named(exprs[1], "status_code"), named(e
 // left on a renamed access_logs is replaced), through the schema manager,
 // on every node of a cluster. A failure is logged and tried again after
 // clickhouse.RecheckInterval, never failing a delivery: records delivered
-// meanwhile are in access_logs, not in the rollup (README: rebuilding the
+// meanwhile are in access_logs, not in the rollup (docs/clickhouse.md: rebuilding the
 // rollup). An access_logs that cannot feed it (fields left out of --fields)
 // gets no rollup, which is logged once per connection. Called with a.mu
 // held, after ensureTable.

@@ -105,38 +105,38 @@ func requireRollupExact(ctx context.Context, t *testing.T, conn driver.Conn, db 
 	}
 }
 
-// rebuildRollup runs the README's rebuild of the rollup, for the minutes
+// rebuildRollup runs the documented rebuild of the rollup, for the minutes
 // before cutoff, on database db (the recipe's cdn), and waits until its
 // DELETE is done.
 func rebuildRollup(ctx context.Context, t *testing.T, conn driver.Conn, db string, cutoff time.Time) {
 	t.Helper()
-	stmts := testenv.READMESQL(t, "### access_logs_1m: the per-minute rollup", "DELETE WHERE")
+	stmts := testenv.DocSQL(t, "docs/clickhouse.md", "## access_logs_1m: the per-minute rollup", "DELETE WHERE")
 	for i, s := range stmts {
 		s = strings.ReplaceAll(s, "cdn.", "`"+db+"`.")
 		stmts[i] = strings.ReplaceAll(s, "2026-11-27 12:00:00", cutoff.UTC().Format(time.DateTime))
 	}
 	if len(stmts) != 3 || !strings.HasPrefix(stmts[0], "ALTER TABLE") || !strings.HasPrefix(stmts[2], "INSERT") {
-		t.Fatalf("the README's rebuild has %d statements, want the DELETE, SET and INSERT: %q", len(stmts), stmts)
+		t.Fatalf("the documented rebuild has %d statements, want the DELETE, SET and INSERT: %q", len(stmts), stmts)
 	}
 	if err := testenv.ExecSession(ctx, conn, stmts); err != nil {
-		t.Fatalf("the README's rebuild: %v", err)
+		t.Fatalf("the documented rebuild: %v", err)
 	}
 	waitMutations(ctx, t, conn, db)
 }
 
-// rollupCheck runs the README's query listing the minutes where the
+// rollupCheck runs the documented query listing the minutes where the
 // rollup of database db and access_logs FINAL disagree, over the minutes
 // from since, and returns them.
 func rollupCheck(ctx context.Context, t *testing.T, conn driver.Conn, db string, since time.Time) []string {
 	t.Helper()
-	stmts := testenv.READMESQL(t, "### access_logs_1m: the per-minute rollup", "HAVING rollup != final")
+	stmts := testenv.DocSQL(t, "docs/clickhouse.md", "## access_logs_1m: the per-minute rollup", "HAVING rollup != final")
 	if len(stmts) != 1 {
-		t.Fatalf("the README's check of the rollup has %d statements, want 1", len(stmts))
+		t.Fatalf("the documented check of the rollup has %d statements, want 1", len(stmts))
 	}
 	sql := strings.ReplaceAll(strings.ReplaceAll(stmts[0], "cdn.", "`"+db+"`."), "now() - INTERVAL 1 DAY", "toDateTime('"+since.UTC().Format(time.DateTime)+"')")
 	rows, err := conn.Query(ctx, sql)
 	if err != nil {
-		t.Fatalf("the README's check of the rollup: %v\n%s", err, sql)
+		t.Fatalf("the documented check of the rollup: %v\n%s", err, sql)
 	}
 	defer rows.Close()
 	var out []string
@@ -264,10 +264,10 @@ func TestRollupSpec(t *testing.T) {
 // which has no deduplication on a single server, and compares the
 // per-minute rollup with access_logs FINAL key by key: a receiver that
 // restarts and delivers again what it stored (regrouped with newer
-// batches, one of them stored in part) counts nothing twice; ClickHouse killed with SIGKILL in the
-// middle of inserts, which the sink retries, leaves the rollup never below
-// FINAL (a retried INSERT the server had stored is counted twice); the
-// README's rebuild makes it exact again.
+// batches, one of them stored in part) counts nothing twice; ClickHouse
+// killed with SIGKILL in the middle of inserts, which the sink retries,
+// leaves the rollup never below FINAL (a retried INSERT the server had
+// stored is counted twice); the documented rebuild makes it exact again.
 func TestRollupOn1816(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	db := srv.NewDatabase(t)
@@ -320,14 +320,14 @@ func TestRollupOn1816(t *testing.T) {
 	}
 	since := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
 	if wrong := rollupCheck(ctx, t, conn, db, since); len(wrong) == 0 {
-		t.Error("the README's check of the rollup lists no minute after an INSERT was counted twice")
+		t.Error("the documented check of the rollup lists no minute after an INSERT was counted twice")
 	} else {
-		t.Logf("the README's check lists %d minutes, e.g. %s", len(wrong), wrong[0])
+		t.Logf("the documented check lists %d minutes, e.g. %s", len(wrong), wrong[0])
 	}
 	rebuildRollup(ctx, t, conn, db, time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
 	requireRollupExact(ctx, t, conn, db, unique)
 	if wrong := rollupCheck(ctx, t, conn, db, since); len(wrong) != 0 {
-		t.Errorf("after the rebuild the README's check of the rollup lists %q", wrong)
+		t.Errorf("after the rebuild the documented check of the rollup lists %q", wrong)
 	}
 	var p95, exact float64
 	if err := conn.QueryRow(ctx, "SELECT toFloat64(quantileTDigestMerge(0.95)(total_time_state)) FROM `"+db+"`.access_logs_1m").Scan(&p95); err != nil {

@@ -485,7 +485,7 @@ func (a *Sink) warnOldLayout(st *clickhouse.TableState) {
 		return
 	}
 	a.warned = true
-	a.log.Warn("clickhouse: access_logs has the old layout, sorted without time: it keeps working, but a query over a time range reads every part of an environment; see the README (access_logs layout and migration) to move it to the new layout with RENAME and INSERT … SELECT",
+	a.log.Warn("clickhouse: access_logs has the old layout, sorted without time: it keeps working, but a query over a time range reads every part of an environment; see docs/clickhouse.md (access_logs layout and migration) to move it to the new layout with RENAME and INSERT … SELECT",
 		"table", Table, "sorting_key", st.SortingKey)
 }
 

@@ -292,11 +292,11 @@ func TestOldLayoutKeepsWorking(t *testing.T) {
 	}
 }
 
-// TestMigrationRecipe follows the README's migration of an old-layout
-// access_logs while the receiver keeps delivering: RENAME it away, the
+// TestMigrationRecipe runs the migration of an old-layout access_logs in
+// migrationDoc while the receiver keeps delivering: RENAME it away, the
 // sink re-creates access_logs in the new layout at its next delivery, and
-// INSERT … SELECT * copies the old rows; a record delivered before and
-// after the rename still counts once.
+// the INSERT … SELECT the recipe prints copies the old rows by column name;
+// a record delivered before and after the rename still counts once.
 func TestMigrationRecipe(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	db := srv.NewDatabase(t)
@@ -311,7 +311,7 @@ func TestMigrationRecipe(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	stmts := readmeMigration(t, db)
+	stmts := docMigration(t, db)
 	srv.Exec(t, stmts[0]) // RENAME
 	// The worker retries a delivery that failed; the sink repairs first.
 	deliver := func(prefix string) {
@@ -329,7 +329,7 @@ func TestMigrationRecipe(t *testing.T) {
 	// The copy statement prints the INSERT to run.
 	var insert string
 	if err := srv.Conn(t).QueryRow(ctx, stmts[1]).Scan(&insert); err != nil {
-		t.Fatalf("the README's copy statement on ClickHouse 18.16: %v\n%s", err, stmts[1])
+		t.Fatalf("the copy statement of %s on ClickHouse 18.16: %v\n%s", migrationDoc, err, stmts[1])
 	}
 	srv.Exec(t, insert)
 
@@ -343,7 +343,7 @@ func TestMigrationRecipe(t *testing.T) {
 		t.Error("the re-created access_logs does not have the new layout")
 	}
 	// The rollup's view reads the new table; the copy (and the record
-	// redelivered after the rename) passed through it, and the README's
+	// redelivered after the rename) passed through it, and the documented
 	// rebuild makes it exact.
 	if n := srv.QueryUint64(t, "SELECT count() FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs' AND has(dependencies_table, '"+RollupView+"')"); n != 1 {
 		t.Error("the re-created access_logs does not feed the rollup's view")

@@ -66,7 +66,7 @@ func deliverAll(ctx context.Context, t *testing.T, sink *Sink, batches []*access
 // rollup equals FINAL key by key (the token reaches its view), also for
 // two batches whose records differ only in their identity (the view's
 // blocks are alike: deduplicated by the token, not by their content), and
-// after the README's rebuild. The table has the modern layout:
+// after the documented rebuild. The table has the modern layout:
 // LowCardinality, codecs, DateTime64(6), ttl_only_drop_parts and a
 // deduplication window.
 func TestAccessLogsOn26(t *testing.T) {
@@ -175,7 +175,7 @@ func TestNoDuplicatesAfterKill26(t *testing.T) {
 		t.Errorf("count() FINAL %d, want %d", final, unique)
 	}
 	if wrong := rollupCheck(ctx, t, srv.Conn(t), "logs_kill", time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)); len(wrong) != 0 {
-		t.Errorf("the README's check of the rollup lists %q", wrong)
+		t.Errorf("the documented check of the rollup lists %q", wrong)
 	}
 }
 
@@ -207,11 +207,15 @@ func TestRestartRegroupedNoDuplicates26(t *testing.T) {
 	requireRollupExact(ctx, t, srv.Conn(t), "logs_restart", 800)
 }
 
-// readmeMigration returns the SQL statements of the README's access_logs
-// migration recipe, comments removed, with the database cdn renamed db.
-func readmeMigration(t *testing.T, db string) []string {
+// migrationDoc is the document whose section "access_logs layout and
+// migration" holds the recipe users run.
+const migrationDoc = "docs/clickhouse.md"
+
+// docMigration returns the SQL statements of the access_logs migration
+// recipe in migrationDoc, comments removed, with the database cdn renamed db.
+func docMigration(t *testing.T, db string) []string {
 	t.Helper()
-	stmts := testenv.READMESQL(t, "### access_logs layout and migration", "RENAME TABLE")
+	stmts := testenv.DocSQL(t, migrationDoc, "## access_logs layout and migration", "RENAME TABLE")
 	for i, s := range stmts {
 		s = strings.ReplaceAll(s, "cdn.", db+".")
 		stmts[i] = strings.ReplaceAll(s, "'cdn'", "'"+db+"'")
@@ -219,13 +223,13 @@ func readmeMigration(t *testing.T, db string) []string {
 	return stmts
 }
 
-// TestMigrationRecipeFrom1816LayoutOn26 runs the README's access_logs
-// migration recipe, statement by statement, on ClickHouse 26.x, from a
+// TestMigrationRecipeFrom1816LayoutOn26 runs the access_logs migration
+// recipe of migrationDoc, statement by statement, on ClickHouse 26.x, from a
 // table in the layout ClickHouse 18.16 gets (timestamp DateTime +
 // timestamp_us, sorted by identity) filled by the sink (which writes an
 // existing table in its own types): the copy keeps every record and its
 // microseconds, the receiver goes on in the new layout, the rollup's view
-// is made again on the new table, and the rollup's rebuild the README
+// is made again on the new table, and the rollup's rebuild the documentation
 // asks for after the copy makes it exact.
 func TestMigrationRecipeFrom1816LayoutOn26(t *testing.T) {
 	srv := testenv.ChDB(t)
@@ -244,9 +248,9 @@ func TestMigrationRecipeFrom1816LayoutOn26(t *testing.T) {
 		t.Fatal("no microseconds in timestamp_us: the old layout was not written as such")
 	}
 
-	stmts := readmeMigration(t, db)
+	stmts := docMigration(t, db)
 	if len(stmts) != 4 || !strings.HasPrefix(stmts[0], "RENAME TABLE") {
-		t.Fatalf("the README's recipe has %d statements, want RENAME, the copy, the check, DROP: %q", len(stmts), stmts)
+		t.Fatalf("the recipe in %s has %d statements, want RENAME, the copy, the check, DROP: %q", migrationDoc, len(stmts), stmts)
 	}
 	srv.Exec(t, stmts[0])
 	// The receiver goes on: its next delivery creates access_logs anew.
@@ -269,7 +273,7 @@ func TestMigrationRecipeFrom1816LayoutOn26(t *testing.T) {
 	srv.Exec(t, stmts[3])
 	// The rollup's view followed the renamed table (Atomic databases
 	// follow a table by UUID): the receiver made it again on the new one.
-	// The copy passed through it; the README's rebuild makes it exact.
+	// The copy passed through it; the documented rebuild makes it exact.
 	if deps := srv.QueryString(t, "SELECT toString(dependencies_table) FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs'"); deps != "['"+RollupView+"']" {
 		t.Errorf("after the migration access_logs feeds %s, want the rollup's view", deps)
 	}
@@ -281,7 +285,8 @@ func TestMigrationRecipeFrom1816LayoutOn26(t *testing.T) {
 // record on ClickHouse 26.x, for 20,000 of the simulator's records with
 // every catalogued field, in the layout 26.x servers got before (plain
 // String columns, no codecs) and in the modern one, each merged into one
-// part (OPTIMIZE … FINAL). The README records the figures:
+// part (OPTIMIZE … FINAL). docs/clickhouse.md records the figures
+// (access_logs layout and migration):
 //
 //	go test -run TestAccessLogsBytesPerRecord26 -v ./internal/sinks/clickhouse/logtable
 func TestAccessLogsBytesPerRecord26(t *testing.T) {

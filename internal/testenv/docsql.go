@@ -14,21 +14,22 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
-// READMESQL returns the statements of the README's first ```sql block
-// that contains marker in the section under heading (a whole heading line,
-// such as "### access_logs layout and migration"), comments removed, split
-// at semicolons, for tests that run the README's recipes as written. The
-// README is the one at the root of the module the test runs in.
-func READMESQL(t testing.TB, heading, marker string) []string {
+// DocSQL returns the statements of the first ```sql block that contains
+// marker in the section under heading (a whole heading line, such as
+// "## access_logs layout and migration") of the Markdown file doc (a path
+// from the root of the module the test runs in, such as
+// "docs/clickhouse.md"), comments removed, split at semicolons, for tests
+// that run the documentation's recipes as written.
+func DocSQL(t testing.TB, doc, heading, marker string) []string {
 	t.Helper()
-	text, err := os.ReadFile(filepath.Join(moduleRoot(t), "README.md"))
+	text, err := os.ReadFile(filepath.Join(moduleRoot(t), doc))
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	s := string(text)
 	start := strings.Index(s, "\n"+heading+"\n")
 	if start < 0 {
-		t.Fatalf("testenv: README has no heading %q", heading)
+		t.Fatalf("testenv: %s has no heading %q", doc, heading)
 	}
 	s = s[start+len(heading)+2:]
 	level := heading[:strings.IndexByte(heading, ' ')+1] // "### "
@@ -47,7 +48,7 @@ func READMESQL(t testing.TB, heading, marker string) []string {
 		}
 		return stmts
 	}
-	t.Fatalf("testenv: README section %q has no sql block with %q", heading, marker)
+	t.Fatalf("testenv: %s section %q has no sql block with %q", doc, heading, marker)
 	return nil
 }
 
