@@ -392,9 +392,11 @@ func receiverOnly(ctx context.Context, t *testing.T, dsn string) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Exec(ctx, accessLogRows(db, 400, time.Now().Truncate(time.Second))); err != nil {
+	end := time.Now().Truncate(time.Second)
+	if err := db.Exec(ctx, accessLogRows(db, 400, end)); err != nil {
 		t.Fatal(err)
 	}
+	createLogCompleteness(ctx, t, db, end) // the reconciliation's table (it is on by default)
 	n := runSQLQueries(t, db.Conn(), loadDashboards(t), []Values{testValues(), allSelected(testValues())})
 	if n == 0 {
 		t.Fatal("no ClickHouse queries found")

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/testenv"
@@ -20,7 +23,7 @@ import (
 // read through another node than the receiver writes to; both shards hold
 // records, and each shard's replicas hold the same rows. The receiver also
 // makes the environments table the Access logs dashboard joins, on every
-// node.
+// node, and the per-minute rollup (clusterRollup).
 func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 	const total = 2_000
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -136,5 +139,107 @@ func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 	if err := reader.QueryRow(ctx, fmt.Sprintf("SELECT if(env_name = '', environment_id, env_name) FROM (SELECT DISTINCT environment_id FROM %[1]s.access_logs) AS logs "+
 		"ANY LEFT JOIN (SELECT environment_id, environment AS env_name FROM %[1]s.environments FINAL) AS names USING environment_id", db)).Scan(&name); err != nil || name != env {
 		t.Errorf("environment named %q (%v) through the receiver's environments table, want its ID %s", name, err, env)
+	}
+	clusterRollup(ctx, t, c, db, total, uint64(sim.Delivered().Retries)*50)
+}
+
+// clusterRollup checks the per-minute rollup on the cluster c after the
+// receiver wrote total records to database db: its tables and view on
+// every node, fed by access_logs_local; key by key through the Distributed
+// tables, the rollup counts at least what access_logs holds under FINAL,
+// and more only by records of batches the platform resent (at most
+// resent: a batch the killed receiver had spooled but not acknowledged is
+// spooled again and inserted in another INSERT, a copy FINAL collapses and
+// the rollup counts); an INSERT repeated with the same rows (a retry after
+// a lost acknowledgement) is dropped by the Replicated access_logs_local
+// and not counted by the view, while the same records in another INSERT
+// are; the documented rebuild, in its cluster form, makes the rollup equal
+// to FINAL key by key.
+func clusterRollup(ctx context.Context, t *testing.T, c *testenv.Cluster, db string, total, resent uint64) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		var engines, feeds string
+		if err := n.Conn(t).QueryRow(ctx, "SELECT arrayStringConcat(groupArray(concat(name, ' ', engine)), ', ') FROM (SELECT name, engine FROM system.tables WHERE database = '"+
+			db+"' AND name LIKE 'access_logs_1m%' ORDER BY name)").Scan(&engines); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Conn(t).QueryRow(ctx, "SELECT arrayStringConcat(dependencies_table, ', ') FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs_local'").Scan(&feeds); err != nil {
+			t.Fatal(err)
+		}
+		if engines != "access_logs_1m Distributed, access_logs_1m_local ReplicatedAggregatingMergeTree, access_logs_1m_mv MaterializedView" || feeds != "access_logs_1m_mv" {
+			t.Errorf("%s: rollup tables %q, access_logs_local feeds %q", n.ReplicaName, engines, feeds)
+		}
+	}
+	conn := c.Node(1, 1).Conn(t)
+	sync := clickhouse.Context(ctx, clickhouse.WithSettings(clickhouse.Settings{"insert_distributed_sync": 1}))
+	// read returns, through the Distributed tables, the rollup's requests,
+	// access_logs' records under FINAL, and the keys where the rollup holds
+	// fewer, and other numbers, than FINAL.
+	type counts struct{ rollup, final, fewer, other uint64 }
+	read := func() counts {
+		t.Helper()
+		for _, n := range c.Nodes { // a read through a Distributed table sees one replica of each shard
+			n.Exec(t, "SYSTEM SYNC REPLICA "+db+".access_logs_local")
+			n.Exec(t, "SYSTEM SYNC REPLICA "+db+".access_logs_1m_local")
+		}
+		var got counts
+		if err := c.Node(2, 2).Conn(t).QueryRow(ctx, fmt.Sprintf(`SELECT toUInt64(sum(r)), toUInt64(sum(f)), toUInt64(countIf(r < f)), toUInt64(countIf(r != f)) FROM (
+				SELECT k, sum(r) AS r, sum(f) AS f FROM (
+					SELECT concat(environment_id, toString(minute), toString(status_code), cache_status, pop) AS k,
+						toUInt64(countMerge(requests_state)) AS r, toUInt64(0) AS f
+					FROM %[1]s.access_logs_1m GROUP BY k
+					UNION ALL
+					SELECT concat(environment_id, toString(toStartOfMinute(timestamp)), toString(status_code), cache_status, pop) AS k,
+						toUInt64(0) AS r, toUInt64(count()) AS f
+					FROM %[1]s.access_logs FINAL GROUP BY k)
+				GROUP BY k)`, db)).Scan(&got.rollup, &got.final, &got.fewer, &got.other); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	run := read()
+	t.Logf("after the receiver's run the rollup counts %d records, access_logs FINAL %d (the platform resent %d records)", run.rollup, run.final, resent)
+	if run.fewer != 0 || run.final != total || run.rollup > total+resent {
+		t.Fatalf("after the receiver's run: %+v; want %d under FINAL, the rollup nowhere below it and at most the %d resent records above", run, total, resent)
+	}
+
+	// 100 new records, inserted twice with the same blocks.
+	insert := fmt.Sprintf(`INSERT INTO %s.access_logs (environment_id, agent_id, datestamp, seq_num, record_key, record_index, timestamp, uuid, status_code, cache_status, pop, bytes_out, total_time, insert_version)
+		SELECT 'env-retry', 'agent-1', '20261127', toInt64(number), '', toUInt32(0), toDateTime('2026-11-27 10:00:00') + number * 7, toString(number),
+			200 + (number %% 3) * 100, 'TCP_HIT', 'fra', number, number / 100, toUInt64(1)
+		FROM system.numbers LIMIT 100`, db)
+	for range 2 {
+		if err := conn.Exec(sync, insert); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := read(); got.rollup != run.rollup+100 || got.final != total+100 {
+		t.Fatalf("after an INSERT repeated: %+v; want the rollup %d (100 more) and %d under FINAL", got, run.rollup+100, total+100)
+	}
+	// The same records in another INSERT (other blocks): counted again.
+	if err := conn.Exec(sync, strings.Replace(insert, "toUInt64(1)", "toUInt64(2)", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got.rollup != run.rollup+200 || got.final != total+100 {
+		t.Fatalf("after 100 records inserted again in another INSERT: %+v; want the rollup %d and %d under FINAL", got, run.rollup+200, total+100)
+	}
+
+	stmts := testenv.DocSQL(t, "docs/clickhouse.md", "## access_logs_1m: the per-minute rollup", "DELETE WHERE")
+	for i, s := range stmts {
+		s = strings.ReplaceAll(s, "cdn.", db+".")
+		s = strings.Replace(s, "access_logs_1m DELETE", "access_logs_1m_local ON CLUSTER "+c.Name+" DELETE", 1)
+		stmts[i] = strings.ReplaceAll(s, "2026-11-27 12:00:00", "2100-01-01 00:00:00")
+	}
+	stmts = append([]string{"SET insert_distributed_sync = 1"}, stmts...)
+	if err := testenv.ExecSession(ctx, conn, stmts); err != nil {
+		t.Fatalf("the documented rebuild on the cluster: %v", err)
+	}
+	for _, n := range c.Nodes {
+		waitFor(t, "the rebuild's DELETE on "+n.ReplicaName, 60*time.Second, func() bool {
+			return n.QueryUint64(t, "SELECT count() FROM system.mutations WHERE database = '"+db+"' AND is_done = 0") == 0
+		})
+	}
+	if got := read(); got.other != 0 || got.rollup != total+100 || got.final != total+100 {
+		t.Fatalf("after the documented rebuild: %+v; want the rollup equal to FINAL key by key, %d", got, total+100)
 	}
 }

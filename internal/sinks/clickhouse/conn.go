@@ -2,19 +2,23 @@
 // connection over the native protocol or the HTTP interface that knows the
 // server's version (conn.go, http.go), the classification of server errors
 // (errors.go), the self-metric of the schema (metrics.go), and the schema
-// manager that creates and repairs tables on a single server or on every
-// node of a cluster (table.go, schema.go). The tables themselves live in one
-// package per program: metrictables (the exporter's table per metrics
-// dataset), inventorysink (the exporter's writer of the inventory's tables)
-// and logtable (the receiver's access_logs), so neither binary links the
-// other's code; inventorytables holds the definitions of the inventory's
-// tables, which both programs make (the receiver only environments, for the
-// Access logs dashboard).
+// manager that creates and repairs tables, and the materialized views that
+// fill some of them, on a single server or on every node of a cluster
+// (table.go, view.go, schema.go). The tables themselves live in one package
+// per program: metrictables (the exporter's table per metrics dataset),
+// inventorysink (the exporter's writer of the inventory's tables) and
+// logtable (the receiver's access_logs and its per-minute rollup), so
+// neither binary links the other's code; inventorytables holds the
+// definitions of the inventory's tables, which both programs make (the
+// receiver only environments, for the Access logs dashboard).
 //
-// Every table is a ReplacingMergeTree, so writing a row again is harmless:
-// `SELECT … FINAL` shows one row per key with the newest values. Writers
-// therefore retry freely, and INSERTs always name their columns explicitly so
-// that a table with columns added later still accepts older writers.
+// Every table written directly is a ReplacingMergeTree, so writing a row
+// again is harmless: `SELECT … FINAL` shows one row per key with the newest
+// values. Writers therefore retry freely, and INSERTs always name their
+// columns explicitly so that a table with columns added later still accepts
+// older writers. A table a view fills by aggregating (the receiver's
+// rollup) cannot collapse a copy: there the INSERTs' deduplication tokens
+// keep a retry from counting twice (WithDeduplicationToken).
 //
 // # Using the connection
 //

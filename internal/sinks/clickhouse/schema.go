@@ -17,21 +17,23 @@ import (
 
 // Schema keeps the tables both programs write in shape, on a single server
 // or on every node of a cluster (Open WithCluster). Ensure creates what is
-// missing and adds missing columns; writers call it before their first
-// INSERT into a table, again after any insert error of ClassSchema, and
-// while a table is incomplete (a node was down) every RecheckInterval. It
-// never drops or retypes a column.
+// missing (a table's materialized View too, on every node) and adds
+// missing columns; writers call it before their first INSERT into a table,
+// again after any insert error of ClassSchema, and while a table is
+// incomplete (a node was down) every RecheckInterval. It never drops or
+// retypes a column.
 //
 // On a cluster Ensure reads every node listed in system.clusters, connected
 // to it directly with the DSN's credentials (ClickHouse 18.16 has no
 // clusterAllReplicas), and:
 //   - when every node is reachable and none has the table yet, creates the
-//     database, <table>_local (Replicated engine) and the Distributed
-//     <table> ON CLUSTER;
+//     database, <table>_local (Replicated engine), the Distributed <table>
+//     and the table's View ON CLUSTER;
 //   - otherwise creates what a reachable node lacks on that node: the
 //     database, the local table (with a live replica's own CREATE statement
 //     when its shard has one, so the new replica matches ZooKeeper's
-//     columns), the Distributed table;
+//     columns), the Distributed table, the View (once its source table is
+//     there, and again when that source no longer feeds it);
 //   - adds missing columns to each shard's local table on one replica (the
 //     ALTER of a Replicated table reaches the shard's other replicas through
 //     ZooKeeper), then to the Distributed table on every node, each node on
@@ -231,6 +233,10 @@ type nodeState struct {
 	hasDB bool
 	local *tableInfo
 	dist  *tableInfo
+	// view is the table's View on the node, hasSource whether the view's
+	// source table is there, viewFed whether that source feeds the view.
+	view               *tableInfo
+	hasSource, viewFed bool
 }
 
 // tableInfo describes a table found on a node.
@@ -239,6 +245,8 @@ type tableInfo struct {
 	create     string
 	sortingKey string
 	columns    map[string]string
+	// dependents are the materialized views fed by the table.
+	dependents []string
 	// totalReplicas and activeReplicas come from system.replicas (0 for a
 	// table that is not Replicated).
 	totalReplicas, activeReplicas uint64
@@ -360,7 +368,8 @@ func (s *Schema) stateOf(t *Table, states []*nodeState, waiting []string) (*Tabl
 			waiting = append(waiting, fmt.Sprintf("node %s (shard %d) is out of reach: %v", n.addr, n.shard, n.err))
 			continue
 		}
-		if n.local == nil || len(n.local.lacks(t.Columns)) > 0 || (s.db.cluster != "" && (n.dist == nil || len(n.dist.lacks(t.Columns)) > 0)) {
+		if n.local == nil || len(n.local.lacks(t.Columns)) > 0 || (s.db.cluster != "" && (n.dist == nil || len(n.dist.lacks(t.Columns)) > 0)) ||
+			viewIncomplete(t, n) {
 			st.IncompleteNodes++
 		}
 	}
@@ -545,19 +554,23 @@ func (s *Schema) read(ctx context.Context, db *DB, t *Table, st *nodeState) erro
 		return nil
 	}
 	local := t.LocalName(cluster)
-	names := QuoteString(local)
+	quoted := []string{QuoteString(local)}
 	if cluster != "" {
-		names += ", " + QuoteString(t.Name)
+		quoted = append(quoted, QuoteString(t.Name))
 	}
+	for _, n := range viewNames(cluster, t) {
+		quoted = append(quoted, QuoteString(n))
+	}
+	names := strings.Join(quoted, ", ")
 	tables := map[string]*tableInfo{}
-	rows, err := db.conn.Query(ctx, "SELECT name, engine, create_table_query, sorting_key FROM system.tables WHERE database = "+database+" AND name IN ("+names+")")
+	rows, err := db.conn.Query(ctx, "SELECT name, engine, create_table_query, sorting_key, dependencies_table FROM system.tables WHERE database = "+database+" AND name IN ("+names+")")
 	if err != nil {
 		return fmt.Errorf("read tables of %s: %w", db.addr, err)
 	}
 	for rows.Next() {
 		var name string
 		ti := &tableInfo{columns: map[string]string{}}
-		if err := rows.Scan(&name, &ti.engine, &ti.create, &ti.sortingKey); err != nil {
+		if err := rows.Scan(&name, &ti.engine, &ti.create, &ti.sortingKey, &ti.dependents); err != nil {
 			rows.Close()
 			return fmt.Errorf("read tables of %s: %w", db.addr, err)
 		}
@@ -592,6 +605,7 @@ func (s *Schema) read(ctx context.Context, db *DB, t *Table, st *nodeState) erro
 	if cluster != "" {
 		st.dist = tables[t.Name]
 	}
+	readView(cluster, t, tables, st)
 	if cluster != "" && st.local != nil {
 		rows, err := db.conn.Query(ctx, "SELECT toUInt64(total_replicas), toUInt64(active_replicas) FROM system.replicas WHERE database = "+database+" AND table = "+QuoteString(local))
 		if err != nil {
@@ -651,50 +665,73 @@ func (s *Schema) createOnCluster(ctx context.Context, t *Table) error {
 	return nil
 }
 
-// createMissing creates, on each reachable node, the database and tables
-// it lacks. It reports whether it created anything, and what must wait.
+// createMissing creates, on each reachable node, the database, tables and
+// view it lacks. It reports whether it created anything, and what must
+// wait.
 func (s *Schema) createMissing(ctx context.Context, t *Table, states []*nodeState) (bool, []string, error) {
-	cluster := s.db.cluster
-	local := t.LocalName(cluster)
 	var waiting []string
 	changed := false
 	for _, n := range states {
 		if n.db == nil {
 			continue
 		}
-		if !n.hasDB {
-			if err := n.db.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(s.db.database)); err != nil {
-				return false, nil, fmt.Errorf("create database %s on %s: %w", s.db.database, n.addr, err)
-			}
-			changed = true
-			s.log.Info("created ClickHouse database", "database", s.db.database, "node", n.addr)
+		c, w, err := s.createMissingOn(ctx, t, states, n)
+		if err != nil {
+			return false, nil, err
 		}
-		if n.local == nil {
-			stmt := createLocal(s.db.database, cluster, s.db.version, t, t.Columns, "")
-			if peer := livePeer(states, n); peer != nil {
-				// The new replica must match the columns in ZooKeeper,
-				// which its live peer has.
-				stmt = ifNotExists(peer.local.create)
-			}
-			if err := n.db.Exec(ctx, stmt); err != nil {
-				return false, nil, fmt.Errorf("create %s on %s: %w", s.db.Table(local), n.addr, err)
-			}
-			changed = true
-			s.log.Info("created ClickHouse table", "table", s.db.Table(local), "node", n.addr, "shard", n.shard)
-		}
-		if cluster != "" && n.dist == nil {
-			if err := n.db.Exec(ctx, createDistributed(s.db.database, cluster, t, "")); err != nil {
-				if SchemaCode(ErrorCode(err)) {
-					waiting = append(waiting, fmt.Sprintf("Distributed table on %s: %v", n.addr, err))
-					continue
-				}
-				return false, nil, fmt.Errorf("create %s on %s: %w", s.db.Table(t.Name), n.addr, err)
-			}
-			changed = true
-			s.log.Info("created ClickHouse Distributed table", "table", s.db.Table(t.Name), "node", n.addr)
-		}
+		changed = changed || c
+		waiting = append(waiting, w...)
 	}
 	return changed, waiting, nil
+}
+
+// createMissingOn creates on node n what it lacks of t: the database, the
+// local table (a live peer's own statement when its shard has one), the
+// Distributed table and t's view.
+func (s *Schema) createMissingOn(ctx context.Context, t *Table, states []*nodeState, n *nodeState) (bool, []string, error) {
+	cluster := s.db.cluster
+	local := t.LocalName(cluster)
+	changed := false
+	if !n.hasDB {
+		if err := n.db.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(s.db.database)); err != nil {
+			return false, nil, fmt.Errorf("create database %s on %s: %w", s.db.database, n.addr, err)
+		}
+		changed = true
+		s.log.Info("created ClickHouse database", "database", s.db.database, "node", n.addr)
+	}
+	if n.local == nil {
+		stmt := createLocal(s.db.database, cluster, s.db.version, t, t.Columns, "")
+		if peer := livePeer(states, n); peer != nil {
+			// The new replica must match the columns in ZooKeeper,
+			// which its live peer has.
+			stmt = ifNotExists(peer.local.create)
+		}
+		if err := n.db.Exec(ctx, stmt); err != nil {
+			return false, nil, fmt.Errorf("create %s on %s: %w", s.db.Table(local), n.addr, err)
+		}
+		changed = true
+		s.log.Info("created ClickHouse table", "table", s.db.Table(local), "node", n.addr, "shard", n.shard)
+	}
+	var waiting []string
+	if cluster != "" && n.dist == nil {
+		switch err := n.db.Exec(ctx, createDistributed(s.db.database, cluster, t, "")); {
+		case err == nil:
+			changed = true
+			s.log.Info("created ClickHouse Distributed table", "table", s.db.Table(t.Name), "node", n.addr)
+		case SchemaCode(ErrorCode(err)):
+			waiting = append(waiting, fmt.Sprintf("Distributed table on %s: %v", n.addr, err))
+		default:
+			return false, nil, fmt.Errorf("create %s on %s: %w", s.db.Table(t.Name), n.addr, err)
+		}
+	}
+	c, w, err := s.createViewOn(ctx, t, n)
+	if err != nil {
+		return false, nil, err
+	}
+	if w != "" {
+		waiting = append(waiting, w)
+	}
+	return changed || c, waiting, nil
 }
 
 // livePeer returns a reachable replica of n's shard that has the local

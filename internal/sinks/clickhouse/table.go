@@ -44,6 +44,9 @@ type Table struct {
 	// ttl_only_drop_parts = 1 on servers that have it: expired data goes
 	// by whole parts, never by rewriting a part without its expired rows.
 	TTLOnlyDropParts bool
+	// View, when set, is the materialized view that fills the table from
+	// another table's INSERTs (see View).
+	View *View
 }
 
 // setting is a MergeTree table setting.
@@ -91,15 +94,18 @@ func (t *Table) LocalName(cluster string) string {
 
 // CreateStatements returns the statements that create t in database on a
 // fresh server (cluster "") or cluster of servers of version v, in order,
-// each idempotent (IF NOT EXISTS): the database, the table and, on a
-// cluster, the Distributed table, all ON CLUSTER. It is what Schema runs
-// when no node has the table yet.
+// each idempotent (IF NOT EXISTS): the database, the table, on a cluster
+// the Distributed table, and t's View, all ON CLUSTER. It is what Schema
+// runs when no node has the table yet.
 func CreateStatements(database, cluster string, v Version, t *Table) []string {
 	on := onCluster(cluster)
 	stmts := []string{"CREATE DATABASE IF NOT EXISTS " + QuoteIdent(database) + on}
 	stmts = append(stmts, createLocal(database, cluster, v, t, t.Columns, on))
 	if cluster != "" {
 		stmts = append(stmts, createDistributed(database, cluster, t, on))
+	}
+	if t.View != nil {
+		stmts = append(stmts, createView(database, cluster, t, on))
 	}
 	return stmts
 }

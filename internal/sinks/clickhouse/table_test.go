@@ -92,3 +92,25 @@ func TestIfNotExists(t *testing.T) {
 		}
 	}
 }
+
+func TestCreateStatementsWithView(t *testing.T) {
+	tbl := &Table{
+		Name:        "hits_1m",
+		Columns:     []Column{{Name: "minute", Type: "DateTime"}, {Name: "hits", Type: "AggregateFunction(count)"}},
+		Engine:      "AggregatingMergeTree",
+		OrderBy:     []string{"minute"},
+		ShardingKey: "cityHash64(minute)",
+		View: &View{Name: "hits_1m_mv", Source: "hits", Query: func(source string) string {
+			return "SELECT toStartOfMinute(t) AS minute, countState() AS hits FROM " + source + " GROUP BY minute"
+		}},
+	}
+	v := mustParseVersion(t, "18.16.1")
+	single := CreateStatements("logs", "", v, tbl)
+	if want := "CREATE MATERIALIZED VIEW IF NOT EXISTS `logs`.`hits_1m_mv` TO `logs`.`hits_1m`\nAS SELECT toStartOfMinute(t) AS minute, countState() AS hits FROM `logs`.`hits` GROUP BY minute"; len(single) != 3 || single[2] != want {
+		t.Errorf("single server:\n%s\nwant the view last:\n%s", strings.Join(single, "\n;\n"), want)
+	}
+	cluster := CreateStatements("logs", "c1", v, tbl)
+	if want := "CREATE MATERIALIZED VIEW IF NOT EXISTS `logs`.`hits_1m_mv` ON CLUSTER `c1` TO `logs`.`hits_1m_local`\nAS SELECT toStartOfMinute(t) AS minute, countState() AS hits FROM `logs`.`hits_local` GROUP BY minute"; len(cluster) != 4 || cluster[3] != want {
+		t.Errorf("cluster:\n%s\nwant the view last, from the local tables:\n%s", strings.Join(cluster, "\n;\n"), want)
+	}
+}

@@ -21,9 +21,10 @@ func OpenReadOnly(ctx context.Context, cfg Config) (*clickhouse.DB, error) {
 // OpenReadOnly), without creating or altering anything: access_logs, with
 // the columns it would add (with the types the table has, as the sink reads
 // them) and as its Problem an *IncompatibleColumnError for a column that
-// cannot hold its field, the environments table the sink makes for the
-// dashboards, then each of extra (the reconciliation's tables). An error
-// means the server could not be read.
+// cannot hold its field, its per-minute rollup (table and view; none when
+// access_logs cannot feed it, which the sink logs), the environments table
+// the sink makes for the dashboards, then each of extra (the
+// reconciliation's tables). An error means the server could not be read.
 func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config, extra ...*clickhouse.Table) ([]*clickhouse.TableReport, error) {
 	cfg = cfg.withDefaults()
 	spec, err := TableSpec(db.Version(), cfg.Fields, nil, cfg.Retention)
@@ -40,7 +41,17 @@ func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config, extra ...*click
 		checkColumns(db.Version(), cfg, r)
 	}
 	reports := []*clickhouse.TableReport{r}
-	for _, t := range append([]*clickhouse.Table{inventorytables.EnvironmentsTable()}, extra...) {
+	tables := []*clickhouse.Table{inventorytables.EnvironmentsTable()}
+	if r.Exists && r.Problem == nil {
+		// The rollup reads the columns as the table has them.
+		if spec, err = TableSpec(db.Version(), cfg.Fields, r.Columns, cfg.Retention); err != nil {
+			return nil, err
+		}
+	}
+	if rollup, err := RollupSpec(db.Version(), spec, cfg.Retention); err == nil {
+		tables = append([]*clickhouse.Table{rollup}, tables...)
+	}
+	for _, t := range append(tables, extra...) {
 		r, err := schema.Inspect(ctx, t)
 		if err != nil {
 			return nil, fmt.Errorf("ClickHouse table %s: %w", db.Table(t.Name), err)

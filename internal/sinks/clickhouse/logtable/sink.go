@@ -18,6 +18,10 @@
 // *IncompatibleColumnError. When the table or a column disappears while the
 // receiver runs, the next attempt re-creates it and inserts the rows again.
 //
+// Next to access_logs the sink makes its per-minute rollup, access_logs_1m,
+// and the materialized view that fills it from every INSERT (RollupSpec):
+// the Access logs dashboard's aggregate panels read it.
+//
 // The sink also makes the exporter's environments table
 // (inventorytables.EnvironmentsTable), empty, which the Access logs
 // dashboard joins for environment names: without it a deployment with no
@@ -136,6 +140,11 @@ type Sink struct {
 	// envsFailed when ensuring it last failed (zero after a success).
 	envsEnsured *clickhouse.Schema
 	envsFailed  time.Time
+	// rollupEnsured, rollupFailed: the same for the per-minute rollup
+	// (ensureRollup), and rollup its spec (nil: none).
+	rollupEnsured *clickhouse.Schema
+	rollupFailed  time.Time
+	rollup        *clickhouse.Table
 }
 
 // accessColumn is one typed field column.
@@ -264,6 +273,7 @@ func (a *Sink) connect(ctx context.Context) (*clickhouse.DB, []accessColumn, []s
 		}
 		a.columns, a.names, a.spec, a.complete, a.checked = cols, names, spec, complete, time.Now()
 	}
+	a.ensureRollup(ctx)
 	a.ensureEnvironments(ctx)
 	return a.db, a.columns, a.names, a.gen, nil
 }
@@ -517,9 +527,10 @@ type preparedInsert struct {
 	gen     int
 	data    []*columnData
 	done    []bool // groups acknowledged in generation gen
-	// stored marks the batches a previous run already stored (dropStored;
-	// nil until checked).
-	stored map[*accesslog.Batch]bool
+	// pending holds, for each batch a previous run already stored in full
+	// or in part, the positions of its records still to insert (none when
+	// it is stored in full); nil until dropStored checked.
+	pending map[*accesslog.Batch][]int
 }
 
 // build converts every group (in parallel when there are several and
@@ -545,27 +556,48 @@ func (p *preparedInsert) build(cols []accessColumn, gen int, parallel bool) {
 	wg.Wait()
 }
 
-// insertable returns the batches of group i to insert: all but those a
-// previous run already stored (dropStored).
+// insertable returns the batches of group i to insert: all but the
+// records a previous run already stored (dropStored).
 func (p *preparedInsert) insertable(i int) []*accesslog.Batch {
-	if len(p.stored) == 0 {
+	if len(p.pending) == 0 {
 		return p.groups[i]
 	}
 	var out []*accesslog.Batch
 	for _, b := range p.groups[i] {
-		if !p.stored[b] {
+		pos, stored := p.pending[b]
+		switch {
+		case !stored:
 			out = append(out, b)
+		case len(pos) > 0:
+			out = append(out, b.Select(pos...))
 		}
 	}
 	return out
 }
 
-// dropStored marks the batches with identity that the table already holds
-// in full, so that they are not inserted again. The first delivery after
-// the receiver starts runs it: the spool delivers again what the previous
-// run inserted but had not committed when it stopped, and when more
-// batches arrived meanwhile it groups them differently, so their INSERT
-// carries another deduplication token than the stored one.
+// positions returns the positions in b of the records to insert: all, or
+// those a previous run did not store.
+func (p *preparedInsert) positions(b *accesslog.Batch) []int {
+	if pos, stored := p.pending[b]; stored {
+		return pos
+	}
+	pos := make([]int, len(b.Records))
+	for i := range pos {
+		pos[i] = i
+	}
+	return pos
+}
+
+// dropStored finds the records of batches with identity that the table
+// already holds, so that they are not inserted again: a batch stored in
+// full is left out, one stored in part (an INSERT cut short: one shard of
+// a cluster, or one day's partition, written) keeps only its other
+// records. The first delivery after the receiver starts runs it: the spool
+// delivers again what the previous run inserted but had not committed when
+// it stopped, and when more batches arrived meanwhile it groups them
+// differently, so their INSERT carries another deduplication token than
+// the stored one (and a copy would count twice in the per-minute rollup,
+// which no FINAL collapses).
 func (p *preparedInsert) dropStored(ctx context.Context, db *clickhouse.DB) error {
 	var keys []string
 	want := map[string]*accesslog.Batch{}
@@ -581,34 +613,48 @@ func (p *preparedInsert) dropStored(ctx context.Context, db *clickhouse.DB) erro
 	if len(keys) == 0 {
 		return nil
 	}
-	rows, err := db.Conn().Query(ctx, "SELECT environment_id, profile_id, agent_id, datestamp, seq_num, uniqExact(record_index) FROM "+
+	rows, err := db.Conn().Query(ctx, "SELECT environment_id, profile_id, agent_id, datestamp, seq_num, groupUniqArray(record_index) FROM "+
 		db.Table(Table)+" WHERE (environment_id, profile_id, agent_id, datestamp, seq_num) IN ("+strings.Join(keys, ", ")+
 		") GROUP BY environment_id, profile_id, agent_id, datestamp, seq_num")
 	if err != nil {
 		return fmt.Errorf("clickhouse: find the batches already stored: %w", err)
 	}
 	defer rows.Close()
-	stored := map[*accesslog.Batch]bool{}
+	pending := map[*accesslog.Batch][]int{}
+	records := 0
 	for rows.Next() {
 		var env, profile, agent, datestamp string
 		var seq int64
-		var n uint64
-		if err := rows.Scan(&env, &profile, &agent, &datestamp, &seq, &n); err != nil {
+		var indexes []uint32
+		if err := rows.Scan(&env, &profile, &agent, &datestamp, &seq, &indexes); err != nil {
 			return fmt.Errorf("clickhouse: find the batches already stored: %w", err)
 		}
 		k := fmt.Sprintf("(%s, %s, %s, %s, %d)", clickhouse.QuoteString(env), clickhouse.QuoteString(profile),
 			clickhouse.QuoteString(agent), clickhouse.QuoteString(datestamp), seq)
-		if b := want[k]; b != nil && n >= uint64(len(b.Records)) {
-			stored[b] = true
+		b := want[k]
+		if b == nil {
+			continue
 		}
+		have := make(map[uint32]bool, len(indexes))
+		for _, i := range indexes {
+			have[i] = true
+		}
+		pos := []int{}
+		for i := range b.Records {
+			if !have[uint32(b.RecordIndex(i))] {
+				pos = append(pos, i)
+			}
+		}
+		pending[b] = pos
+		records += len(b.Records) - len(pos)
 	}
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("clickhouse: find the batches already stored: %w", err)
 	}
-	if len(stored) > 0 {
-		p.a.log.Info("clickhouse: batches stored before the restart are not inserted again", "batches", len(stored))
+	if records > 0 {
+		p.a.log.Info("clickhouse: records stored before the restart are not inserted again", "batches", len(pending), "records", records)
 	}
-	p.stored = stored
+	p.pending = pending
 	return nil
 }
 
@@ -623,7 +669,7 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 		return err
 	}
 	first := !p.a.resumedDelivery()
-	if first && p.stored == nil {
+	if first && p.pending == nil {
 		if err := p.dropStored(ctx, db); err != nil {
 			return err
 		}
@@ -668,17 +714,23 @@ func (a *Sink) resumedDelivery() bool {
 	return a.resumed
 }
 
-// expire enforces the retention on servers without TTL (hourly at most,
-// see clickhouse.Schema.Expire); a failure is logged, not returned.
+// expire enforces the retention of access_logs and its rollup on servers
+// without TTL (hourly at most, see clickhouse.Schema.Expire); a failure is
+// logged, not returned.
 func (a *Sink) expire(ctx context.Context) {
 	a.mu.Lock()
-	schema, spec := a.schema, a.spec
+	schema, spec, rollup := a.schema, a.spec, a.rollup
 	a.mu.Unlock()
 	if schema == nil || spec == nil {
 		return
 	}
-	if _, err := schema.Expire(ctx, spec, time.Now()); err != nil {
-		a.log.Warn("clickhouse: could not drop access_logs partitions older than the retention", "err", err)
+	for _, t := range []*clickhouse.Table{spec, rollup} {
+		if t == nil {
+			continue
+		}
+		if _, err := schema.Expire(ctx, t, time.Now()); err != nil {
+			a.log.Warn("clickhouse: could not drop partitions older than the retention", "table", t.Name, "err", err)
+		}
 	}
 }
 
@@ -695,11 +747,8 @@ func (p *preparedInsert) outcome(gen int, errs []error) error {
 			switch clickhouse.ErrorClass(err) {
 			case clickhouse.ClassRejected:
 				var refs []delivery.RecordRef
-				for bi := range group {
-					if p.stored[group[bi]] {
-						continue
-					}
-					for ri := range group[bi].Records {
+				for bi, b := range group {
+					for _, ri := range p.positions(b) {
 						refs = append(refs, delivery.RecordRef{Batch: first + bi, Record: ri})
 					}
 				}

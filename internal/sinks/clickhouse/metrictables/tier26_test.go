@@ -114,16 +114,18 @@ var replicatedEngine = regexp.MustCompile(`Replicated(\w+MergeTree)\('[^']*', '\
 //     retention, with materialize_ttl_after_modify = 0: no mutation
 //     rewrites the table) and ALTER … MODIFY SETTING (a table made
 //     before the deduplication window);
-//   - the inventory's tables, environments and tls_certificates, created
-//     and ensured again;
+//   - the inventory's tables, environments and tls_certificates, and the
+//     receiver's access_logs with its per-minute rollup (table and
+//     materialized view), created and ensured again;
 //   - cluster form, of every table of both programs (the datasets,
-//     access_logs, the backfill's progress table, environments and
-//     tls_certificates): every statement of
+//     access_logs and its rollup, the backfill's progress table,
+//     environments and tls_certificates): every statement of
 //     CreateStatements with --clickhouse.cluster parsed by 26.x as written
-//     (EXPLAIN AST); the
-//     local table run on the plain engine (chDB cannot replicate: no
-//     ZooKeeper, and ON CLUSTER needs one), the Distributed table run as
-//     written without ON CLUSTER over testenv.ChDBCluster.
+//     (EXPLAIN AST); the local table run on the plain engine (chDB cannot
+//     replicate: no ZooKeeper, and ON CLUSTER needs one), the Distributed
+//     table and the view (from access_logs_local into
+//     access_logs_1m_local) run as written without ON CLUSTER over
+//     testenv.ChDBCluster.
 func TestStatementsOn26(t *testing.T) {
 	srv := testenv.ChDB(t)
 	w := newWorldAt(t, srv.DSN, 5)
@@ -194,6 +196,29 @@ func TestStatementsOn26(t *testing.T) {
 			t.Errorf("%s has no deduplication window:\n%s", spec.Name, create)
 		}
 	}
+	// access_logs and its per-minute rollup (table and view), as the
+	// receiver makes them, then ensured again by a restarted receiver.
+	accessLogs, err := logtable.TableSpec(v, accesslog.Fields(), nil, retention)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rollup, err := logtable.RollupSpec(v, accessLogs, retention)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*clickhouse.Schema{schema, schema2} {
+		for _, spec := range []*clickhouse.Table{accessLogs, rollup} {
+			if _, err := s.Ensure(ctx, spec); err != nil {
+				t.Fatalf("%s: %v", spec.Name, err)
+			}
+		}
+	}
+	if deps := srv.QueryString(t, "SELECT toString(dependencies_table) FROM system.tables WHERE database = '"+w.db+"' AND name = 'access_logs'"); deps != "['"+logtable.RollupView+"']" {
+		t.Errorf("access_logs feeds %s, want the rollup's view", deps)
+	}
+	if create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = '"+logtable.RollupTable+"'"); !strings.Contains(create, "non_replicated_deduplication_window = 1000") {
+		t.Errorf("%s has no deduplication window:\n%s", logtable.RollupTable, create)
+	}
 	// A table made before the deduplication window gets it.
 	ds := w.datasets()[0]
 	old := metrictables.TableSpec("made_by_21_3", metrictables.MetricsColumns(&ds, nil, nil), clickhouse.Version{Major: 21, Minor: 3}, 0)
@@ -213,11 +238,7 @@ func TestStatementsOn26(t *testing.T) {
 	for _, ds := range w.datasets() {
 		specs = append(specs, metrictables.TableSpec(ds.Name, metrictables.MetricsColumns(&ds, nil, nil), v, retention))
 	}
-	accessLogs, err := logtable.TableSpec(v, accesslog.Fields(), nil, retention)
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs = append(specs, accessLogs, backfill.ProgressTableSpec(), inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable())
+	specs = append(specs, accessLogs, rollup, backfill.ProgressTableSpec(), inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable())
 	for _, spec := range specs {
 		for i, stmt := range clickhouse.CreateStatements(clusterDB, testenv.ChDBCluster, v, spec) {
 			srv.Exec(t, "EXPLAIN AST "+stmt)
