@@ -317,6 +317,12 @@ func (r *Receiver) Run(ctx context.Context) error {
 			cancel()
 			return err
 		}
+		if ps, ok := sink.(delivery.Partitioned); ok {
+			// Kafka: every partition on its own.
+			w := &delivery.PartitionWorker{Name: name, Sink: ps, Reader: reader, DeadLetters: r.dead, Metrics: r.delivered, Log: r.log}
+			start(name+" worker", w.Run)
+			continue
+		}
 		w := &delivery.Worker{Name: name, Sink: sink, Reader: reader, DeadLetters: r.dead, Metrics: r.delivered, Log: r.log}
 		if name == SinkClickHouse {
 			// ClickHouse wants few large INSERTs (each one is a part to

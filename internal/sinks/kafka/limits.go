@@ -45,17 +45,6 @@ func varintLen(v int64) int64 {
 	return n
 }
 
-// indexOfMessage finds m (a copy kafka-go returned) in msgs by its value's
-// backing array.
-func indexOfMessage(msgs []kafkago.Message, m kafkago.Message) int {
-	for i := range msgs {
-		if len(m.Value) > 0 && len(msgs[i].Value) == len(m.Value) && &msgs[i].Value[0] == &m.Value[0] {
-			return i
-		}
-	}
-	return -1
-}
-
 // class is what an error means for the records of a produce request.
 type class struct {
 	// permanent: sending the record again unchanged fails again.
