@@ -58,3 +58,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.partitionUnconfirmed, m.partitionFailing, m.partitionQueued, m.partitionBehind)
 	return m
 }
+
+// initPartition exposes a partition's series from the start (0 until
+// something happens).
+func (m *Metrics) initPartition(sink, partition string) {
+	m.partitionUnconfirmed.WithLabelValues(sink, partition)
+	m.partitionFailing.WithLabelValues(sink, partition)
+	m.partitionQueued.WithLabelValues(sink, partition)
+	m.partitionBehind.WithLabelValues(sink, partition)
+}

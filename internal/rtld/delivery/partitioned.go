@@ -254,6 +254,7 @@ func (w *PartitionWorker) runWith(ctx context.Context, log *slog.Logger, n int) 
 	for p := range r.lanes {
 		l := &lane{id: p, label: strconv.Itoa(p), wake: make(chan struct{}, 1), limit: max(w.MaxPendingBytes/int64(n), w.MaxBytes)}
 		r.lanes[p] = l
+		w.Metrics.initPartition(w.Name, l.label)
 		wg.Go(func() { r.runLane(laneCtx, l) })
 	}
 	readCtx, stopReading := context.WithCancelCause(ctx)

@@ -163,9 +163,10 @@ func (s *Sink) produce(ctx context.Context, pc *partitionConn, msgs []kafkago.Me
 		}
 		return fmt.Errorf("partition %d: %w", pc.id, err)
 	}
+	sent := pc.wire.reads() > reads
 	pc.close()
 	err = fmt.Errorf("partition %d: writing to leader %d: %w", pc.id, pc.leader, s.explain(err))
-	if pc.wire.reads() > reads {
+	if sent {
 		// The response was being read: the whole request had been sent.
 		return &delivery.UnconfirmedError{Records: len(msgs), Err: err}
 	}
