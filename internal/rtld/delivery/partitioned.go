@@ -209,7 +209,7 @@ func (w *PartitionWorker) Run(ctx context.Context) error {
 			w.Reader.Rewind()
 			continue
 		case err == nil || ctx.Err() != nil || errors.Is(err, spool.ErrClosed):
-			return nil
+			return nil //nolint:nilerr // a stopped worker or a closed spool ends delivery normally (Run's contract)
 		}
 		return err
 	}
@@ -694,9 +694,9 @@ func (r *partitionRun) watchPartitions(ctx context.Context, stop context.CancelC
 	}
 }
 
-// drain waits until every lane delivered what it holds, at most max.
-func (r *partitionRun) drain(ctx context.Context, max time.Duration) {
-	deadline := time.NewTimer(max)
+// drain waits until every lane delivered what it holds, at most limit.
+func (r *partitionRun) drain(ctx context.Context, limit time.Duration) {
+	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	for {
 		r.mu.Lock()

@@ -34,7 +34,7 @@ func newPartSink(n int) *partSink {
 	return &partSink{n: n, down: map[int]bool{}, delivered: map[int][]string{}, calls: map[int]int{}}
 }
 
-func (s *partSink) Deliver(ctx context.Context, bs []*accesslog.Batch) error {
+func (s *partSink) Deliver(context.Context, []*accesslog.Batch) error {
 	return errors.New("partSink: only partition deliveries")
 }
 

@@ -77,16 +77,16 @@ func kafkaScenarios() []kafkaScenario {
 			c.sleep(3 * time.Second)
 		}},
 		{name: "one broker down 15s", run: func(t *testing.T, c *faultCluster) {
-			c.down(t, 1)
+			c.down(1)
 			c.sleep(15 * time.Second)
 			c.up(t, 1)
 		}},
 		{name: "one broker down 45s", run: func(t *testing.T, c *faultCluster) {
-			c.down(t, 2)
+			c.down(2)
 			c.sleep(45 * time.Second)
 			c.up(t, 2)
 		}},
-		{name: "one broker hung 20s", run: func(t *testing.T, c *faultCluster) {
+		{name: "one broker hung 20s", run: func(_ *testing.T, c *faultCluster) {
 			c.hang(0)
 			c.sleep(20 * time.Second)
 			c.release(0)
@@ -102,7 +102,7 @@ func kafkaScenarios() []kafkaScenario {
 			}
 		}},
 		{name: "one broker down 15s, another hangs as the backlog drains", run: func(t *testing.T, c *faultCluster) {
-			c.down(t, 1)
+			c.down(1)
 			c.sleep(15 * time.Second)
 			c.up(t, 1)
 			c.sleep(time.Second)
@@ -129,7 +129,6 @@ func TestKafkaFaults(t *testing.T) {
 type faultCluster struct {
 	k     *testenv.KafkaBrokers
 	topic string
-	start time.Time
 
 	mu     sync.Mutex
 	faults []faultWindow
@@ -159,9 +158,9 @@ func (c *faultCluster) end(node int32) {
 	}
 }
 
-func (c *faultCluster) down(_ *testing.T, node int32) { c.k.Down(node); c.begin(node) }
-func (c *faultCluster) hang(node int32)               { c.k.Hang(node); c.begin(node) }
-func (c *faultCluster) release(node int32)            { c.k.Release(node); c.end(node) }
+func (c *faultCluster) down(node int32)    { c.k.Down(node); c.begin(node) }
+func (c *faultCluster) hang(node int32)    { c.k.Hang(node); c.begin(node) }
+func (c *faultCluster) release(node int32) { c.k.Release(node); c.end(node) }
 func (c *faultCluster) up(t *testing.T, node int32) {
 	if err := c.k.Up(node); err != nil {
 		t.Error(err)
@@ -223,7 +222,7 @@ func runKafkaScenario(t *testing.T, sc kafkaScenario) {
 	}
 	p, base := faultReceiver(t, "--spool.dir="+filepath.Join(t.TempDir(), "spool"),
 		"--kafka.brokers="+k.BrokerList(), "--kafka.topic="+topic, "--no-kafka.create-topic")
-	c := &faultCluster{k: k, topic: topic, start: time.Now()}
+	c := &faultCluster{k: k, topic: topic}
 
 	ctx, stopLoad := context.WithCancel(context.Background())
 	defer stopLoad()

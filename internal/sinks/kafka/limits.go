@@ -112,15 +112,6 @@ func (r *refusals) addClass(ref delivery.RecordRef, c class, err error) {
 	e.Records = append(e.Records, ref)
 }
 
-func (r *refusals) merge(o refusals) {
-	for _, k := range o.order {
-		e := o.by[k]
-		for _, ref := range e.Records {
-			r.addClass(ref, class{permanent: true, each: e.Each, reason: e.Reason}, e.Err)
-		}
-	}
-}
-
 // err returns nil when nothing was refused, or the refusals joined.
 func (r *refusals) err() error {
 	var errs []error
