@@ -186,7 +186,11 @@ func New(cfg Config) (*Sink, error) {
 		tracked = &trackedMechanism{Mechanism: cfg.SASL}
 	}
 	s := &Sink{cfg: cfg, sasl: tracked, log: cfg.Logger, meta: newMetadataCache(cfg.Brokers)}
-	if comp != 0 {
+	switch comp {
+	case 0:
+	case kafkago.Lz4:
+		s.codec = lz4Codec{}
+	default:
 		s.codec = comp.Codec()
 	}
 	s.dialer = &kafkago.Dialer{

@@ -155,3 +155,35 @@ func TestRecordIDIsStableAndUnique(t *testing.T) {
 		}
 	}
 }
+
+// TestLZ4BatchesReadByKcat: the sink's own LZ4 frames (64 KiB blocks, no
+// content checksum, as the Java producer writes them) are read by
+// librdkafka and franz-go.
+func TestLZ4BatchesReadByKcat(t *testing.T) {
+	broker := testenv.Kafka(t)
+	topic := broker.NewTopic(t, 1)
+	sink, err := New(Config{Brokers: broker.Brokers(), Topic: topic, Compression: "lz4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	b := testBatch("env", 2000) // several 64 KiB blocks in one request
+	for i := range b.Records {
+		b.Records[i] = json.RawMessage(fmt.Sprintf(`{"uuid":"env-%d","pad":"%0200d"}`, i, i))
+	}
+	if err := sink.Deliver(context.Background(), []*accesslog.Batch{b}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(broker.WaitForRecords(t, topic, 2000, 30*time.Second)); n != 2000 {
+		t.Fatalf("franz-go read %d records", n)
+	}
+	msgs := broker.KcatConsume(t, topic)
+	if len(msgs) != 2000 {
+		t.Fatalf("kcat read %d messages, want 2000", len(msgs))
+	}
+	for i, m := range msgs {
+		if m.Payload == nil || *m.Payload != string(b.Records[i]) {
+			t.Fatalf("message %d: %v, want %s", i, m.Payload, b.Records[i])
+		}
+	}
+}
