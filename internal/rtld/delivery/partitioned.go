@@ -125,6 +125,10 @@ const (
 	// regrowWait bounds how long the partitions may deliver what they
 	// hold before the worker starts again with a new partition count.
 	regrowWait = time.Minute
+	// minLaneBytes is the least a partition holds in memory (or MaxBytes
+	// when smaller), however many partitions share MaxPendingBytes; a lane
+	// holds one batch at least.
+	minLaneBytes = 1 << 20
 	// stillFailingEvery spaces the log lines of a partition that keeps
 	// failing.
 	stillFailingEvery = 30 * time.Second
@@ -252,7 +256,7 @@ func (w *PartitionWorker) runWith(ctx context.Context, log *slog.Logger, n int) 
 	var wg sync.WaitGroup
 	r.lanes = make([]*lane, n)
 	for p := range r.lanes {
-		l := &lane{id: p, label: strconv.Itoa(p), wake: make(chan struct{}, 1), limit: max(w.MaxPendingBytes/int64(n), w.MaxBytes)}
+		l := &lane{id: p, label: strconv.Itoa(p), wake: make(chan struct{}, 1), limit: max(w.MaxPendingBytes/int64(n), min(w.MaxBytes, minLaneBytes))}
 		r.lanes[p] = l
 		w.Metrics.initPartition(w.Name, l.label)
 		wg.Go(func() { r.runLane(laneCtx, l) })

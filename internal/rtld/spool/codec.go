@@ -198,8 +198,9 @@ type readOpts struct {
 	alloc   bool
 	scratch *[]byte
 	// keep > 0 keeps only the payload's first keep bytes; the rest is
-	// still read and checked, in pieces.
-	keep int64
+	// still read and checked, in pieces (in *pieces when set, reused).
+	keep   int64
+	pieces *[]byte
 }
 
 // readFrame decodes the entry at off, which must end by limit. next is
@@ -257,7 +258,15 @@ func (sf *segmentFile) readFrame(off, limit int64, next uint64, o readOpts) (fra
 	crc = crc32.Update(crc, castagnoli, buf[:keep])
 	if keep < n {
 		// The rest, in pieces, only for the checksum.
-		piece := make([]byte, min(n-keep+trailer, 1<<20))
+		var piece []byte
+		if o.pieces != nil {
+			if len(*o.pieces) < 1<<20 {
+				*o.pieces = make([]byte, 1<<20)
+			}
+			piece = *o.pieces
+		} else {
+			piece = make([]byte, min(n-keep+trailer, 1<<20))
+		}
 		for at, rest := dataAt+keep, n-keep; rest > 0; {
 			p := piece[:min(rest, int64(len(piece)))]
 			if _, err := sf.r.ReadAt(p, at); err != nil {

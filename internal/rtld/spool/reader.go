@@ -21,6 +21,7 @@ type Reader struct {
 	read      Position // next entry to hand out; reader goroutine only
 	file      *os.File
 	fileSeg   uint64
+	pieces    []byte // reused to check the rest of entries read in prefixes
 }
 
 // Reader returns the reader named in Options.Readers.
@@ -235,7 +236,7 @@ func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBy
 				}
 			}
 		}
-		o := readOpts{alloc: true, keep: keep}
+		o := readOpts{alloc: true, keep: keep, pieces: &r.pieces}
 		fr, err := sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)
 		if errors.Is(err, errShort) || errors.Is(err, errDamaged) {
 			// Damage found while reading: read once more (a transient
