@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -313,6 +314,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	setMemoryLimit(cfg, log)
 	rcv, err := receiver.New(cfg)
 	if err != nil {
 		return err
@@ -430,6 +432,17 @@ func kafkaConfig(f *flags, username, password string, log *slog.Logger) (*kafkas
 		log.Warn("--kafka.sasl.mechanism=plain without --kafka.tls sends the Kafka password in clear text")
 	}
 	return c, nil
+}
+
+// setMemoryLimit sets the soft memory limit the settings call for
+// (receiver.Config.MemoryLimit) unless GOMEMLIMIT chose one.
+func setMemoryLimit(cfg receiver.Config, log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	limit := cfg.MemoryLimit()
+	debug.SetMemoryLimit(limit)
+	log.Debug("soft memory limit set from the settings; GOMEMLIMIT overrides it", "limit", units.Base2Bytes(limit).String())
 }
 
 func randomSecret() string {

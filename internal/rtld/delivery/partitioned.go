@@ -321,6 +321,7 @@ type partitionRun struct {
 
 	mu        sync.Mutex
 	lanes     []*lane
+	queued    int64          // bytes of every lane's queue
 	read      spool.Position // after the last entry dispatched
 	committed spool.Position
 	changed   chan struct{} // closed and replaced when a lane delivered
@@ -377,12 +378,17 @@ func (r *partitionRun) dispatch(ctx context.Context) error {
 	}
 }
 
-// add queues it, or lets go of it when the lane is full or already behind.
+// add queues it, or lets go of it when the lane is behind or full, or all
+// lanes together hold MaxPendingBytes (a lane with nothing queued takes a
+// batch within that bound, and any batch when nothing is queued at all).
 // Callers hold partitionRun.mu.
 func (r *partitionRun) add(l *lane, it item) {
-	if l.behind == nil && (len(l.queue) == 0 || l.bytes+it.bytes <= l.limit) {
+	fits := l.bytes+it.bytes <= l.limit && r.queued+it.bytes <= r.w.MaxPendingBytes ||
+		len(l.queue) == 0 && (r.queued+it.bytes <= r.w.MaxPendingBytes || r.queued == 0)
+	if l.behind == nil && fits {
 		l.queue = append(l.queue, it)
 		l.bytes += it.bytes
+		r.queued += it.bytes
 		l.records += it.records()
 		r.w.Metrics.partitionQueued.WithLabelValues(r.w.Name, l.label).Set(float64(l.records))
 		return
@@ -445,6 +451,7 @@ func (r *partitionRun) runLane(ctx context.Context, l *lane) {
 		} else {
 			for _, it := range l.queue[:l.inFlight] {
 				l.bytes -= it.bytes
+				r.queued -= it.bytes
 				l.records -= it.records()
 			}
 			clear(l.queue[:l.inFlight])
