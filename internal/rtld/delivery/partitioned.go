@@ -2,16 +2,19 @@ package delivery
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
+	"github.com/edgepipe/edgepipe/internal/rtld/statefile"
 )
 
 // Partitioned is a Sink whose records travel in independent ordered
@@ -77,8 +80,10 @@ type PartitionReader interface {
 // later reads them from the spool again itself, so the other partitions
 // keep flowing for as long as the spool holds the backlog. The spool
 // position is committed up to the oldest batch some partition has not
-// delivered; after a crash, the batches after it are delivered again to
-// the partitions that had them already.
+// delivered; with MarksFile, every partition's own progress is kept too,
+// so after a restart only what a partition had not delivered is sent to
+// it again (and after a crash, what it delivered since the marks were last
+// saved, at most CommitInterval).
 //
 // When the sink reports more partitions (an operator added some), the
 // worker stops reading, lets the partitions deliver what they have (for up
@@ -114,6 +119,15 @@ type PartitionWorker struct {
 	// PartitionsInterval is how often the sink is asked for its number of
 	// partitions (default DefaultPartitionsInterval).
 	PartitionsInterval time.Duration
+	// MarksFile, when set, keeps for every partition the spool index below
+	// which all its batches are delivered (rewritten in place with the
+	// spool position): after a restart a partition is not sent again what
+	// it had, only the partitions behind the spool position get their
+	// batches. Saving it is best effort; without it a restart sends every
+	// partition the batches after the spool position again.
+	MarksFile string
+
+	marks *statefile.File // MarksFile while a run uses it
 }
 
 // Defaults of PartitionWorker.
@@ -255,8 +269,13 @@ func (w *PartitionWorker) runWith(ctx context.Context, log *slog.Logger, n int) 
 	defer stopLanes()
 	var wg sync.WaitGroup
 	r.lanes = make([]*lane, n)
+	marks := w.loadMarks(log, n)
+	defer r.closeMarks()
 	for p := range r.lanes {
 		l := &lane{id: p, label: strconv.Itoa(p), wake: make(chan struct{}, 1), limit: max(w.MaxPendingBytes/int64(n), min(w.MaxBytes, minLaneBytes))}
+		if marks != nil {
+			l.delivered = marks[p]
+		}
 		r.lanes[p] = l
 		w.Metrics.initPartition(w.Name, l.label)
 		wg.Go(func() { r.runLane(laneCtx, l) })
@@ -293,6 +312,9 @@ type lane struct {
 	label string        // id for metric labels
 	wake  chan struct{} // a send wakes the lane's goroutine
 	limit int64         // bytes it may hold
+	// delivered: the lane's batches below this spool index were delivered
+	// before a restart (from the marks file); they are skipped.
+	delivered uint64
 
 	// Guarded by partitionRun.mu.
 	queue    []item          // oldest first
@@ -318,6 +340,9 @@ func (l *lane) low() *spool.Position {
 type partitionRun struct {
 	w   *PartitionWorker
 	log *slog.Logger
+
+	saved       []uint64 // the marks last saved
+	marksFailed bool     // the last save failed (logged once)
 
 	mu        sync.Mutex
 	lanes     []*lane
@@ -383,6 +408,9 @@ func (r *partitionRun) dispatch(ctx context.Context) error {
 // batch within that bound, and any batch when nothing is queued at all).
 // Callers hold partitionRun.mu.
 func (r *partitionRun) add(l *lane, it item) {
+	if it.start.Index < l.delivered {
+		return // delivered before a restart
+	}
 	fits := l.bytes+it.bytes <= l.limit && r.queued+it.bytes <= r.w.MaxPendingBytes ||
 		len(l.queue) == 0 && (r.queued+it.bytes <= r.w.MaxPendingBytes || r.queued == 0)
 	if l.behind == nil && fits {
@@ -538,6 +566,9 @@ func (r *partitionRun) reread(l *lane, from, until spool.Position) ([]item, spoo
 		}
 		it := item{start: reached, next: e.Next, bytes: int64(len(e.Data))}
 		reached = e.Next
+		if e.Index < l.delivered {
+			continue
+		}
 		b, err := accesslog.Unmarshal(e.Data)
 		if err != nil || r.w.Sink.PartitionOf(b, len(r.lanes)) != l.id {
 			continue // an undecodable entry was logged when it was dispatched
@@ -667,6 +698,7 @@ func (r *partitionRun) commitEvery(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		r.saveMarks()
 		if low := r.low(); low.Index > r.committed.Index {
 			if err := commit(ctx, r.log, r.w.Reader, r.w.MinBackoff, r.w.MaxBackoff, low); err != nil {
 				return
@@ -678,6 +710,7 @@ func (r *partitionRun) commitEvery(ctx context.Context) {
 
 // commit commits the position once more after the lanes stopped.
 func (r *partitionRun) commit() {
+	r.saveMarks()
 	if low := r.low(); low.Index > r.committed.Index {
 		if err := r.w.Reader.Commit(low); err != nil {
 			r.log.Error("rtld: cannot commit the spool position at shutdown; the batches after it are delivered again after the restart", "err", err)
@@ -752,5 +785,85 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// partitionMarks is the content of PartitionWorker.MarksFile.
+type partitionMarks struct {
+	// Partitions is the partition count the marks were kept with: a
+	// batch's partition depends on it.
+	Partitions int `json:"partitions"`
+	// Delivered[p] is the spool index below which every batch of
+	// partition p is delivered.
+	Delivered []uint64 `json:"delivered"`
+}
+
+// loadMarks opens MarksFile and returns its marks when they were kept with
+// n partitions (nil otherwise, or without a file).
+func (w *PartitionWorker) loadMarks(log *slog.Logger, n int) []uint64 {
+	if w.MarksFile == "" {
+		return nil
+	}
+	f, data, err := statefile.Open(w.MarksFile, statefile.Options{Capacity: 32 + 21*n})
+	if err != nil {
+		log.Warn("rtld: cannot open the partitions' delivery marks; after a restart every partition gets the batches after the spool position again", "err", err)
+		return nil
+	}
+	w.marks = f
+	if data == nil {
+		return nil
+	}
+	var m partitionMarks
+	if err := json.Unmarshal(data, &m); err != nil {
+		log.Warn("rtld: unreadable partition delivery marks, ignored", "err", err)
+		return nil
+	}
+	if m.Partitions != n || len(m.Delivered) != n {
+		log.Info("rtld: the partition count changed; the partitions' delivery marks do not apply", "was", m.Partitions, "now", n)
+		return nil
+	}
+	return m.Delivered
+}
+
+// saveMarks writes every lane's delivery mark to MarksFile (best effort:
+// a failure only means more batches sent again after a restart).
+func (r *partitionRun) saveMarks() {
+	f := r.w.marks
+	if f == nil {
+		return
+	}
+	r.mu.Lock()
+	m := partitionMarks{Partitions: len(r.lanes), Delivered: make([]uint64, len(r.lanes))}
+	for i, l := range r.lanes {
+		m.Delivered[i] = max(r.read.Index, l.delivered)
+		if p := l.low(); p != nil {
+			m.Delivered[i] = max(p.Index, l.delivered)
+		}
+	}
+	r.mu.Unlock()
+	if slices.Equal(m.Delivered, r.saved) {
+		return
+	}
+	data, err := json.Marshal(m)
+	if err == nil {
+		err = f.Write(data)
+	}
+	if err != nil {
+		if !r.marksFailed {
+			r.log.Warn("rtld: cannot save the partitions' delivery marks; a restart would send them batches they have", "err", err)
+		}
+		r.marksFailed = true
+		return
+	}
+	r.saved, r.marksFailed = m.Delivered, false
+}
+
+// closeMarks closes MarksFile after the run.
+func (r *partitionRun) closeMarks() {
+	if f := r.w.marks; f != nil {
+		if err := f.Close(); err != nil {
+			r.log.Warn("rtld: closing the partitions' delivery marks", "err", err)
+		}
+		r.w.marks = nil
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -320,3 +321,70 @@ func TestPartitionWorkerFollowsNewPartitions(t *testing.T) {
 }
 
 var quiet = slog.New(slog.DiscardHandler)
+
+// TestPartitionWorkerRestartSendsOnlyWhatAPartitionLacks: with partition 1
+// down, the spool position stays before its first batch while partitions 0
+// and 2 deliver everything. After a restart (the partition back), partition
+// 1 gets its batches and, thanks to the marks file, partitions 0 and 2 get
+// none of theirs again; without it they would.
+func TestPartitionWorkerRestartSendsOnlyWhatAPartitionLacks(t *testing.T) {
+	for _, withMarks := range []bool{true, false} {
+		t.Run(fmt.Sprintf("marks=%v", withMarks), func(t *testing.T) {
+			const perAgent = 20
+			dir := t.TempDir()
+			sp, err := spool.Open(spool.Options{Dir: dir, Readers: []string{"k"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			appendBatches(t, sp, 3, 0, perAgent, 10)
+			sink := newPartSink(3)
+			sink.setDown(1, true)
+			marks := ""
+			if withMarks {
+				marks = filepath.Join(dir, "partitions-k.state")
+			}
+			worker := func(r *spool.Reader) *PartitionWorker {
+				return &PartitionWorker{Name: "k", Log: quiet, Sink: sink, Reader: r, Metrics: NewMetrics(prometheus.NewRegistry()), MarksFile: marks,
+					MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, CommitInterval: time.Millisecond}
+			}
+			r, _ := sp.Reader("k")
+			stop := runPartitionWorker(t, worker(r))
+			eventually(t, "partitions 0 and 2", func() bool {
+				return len(sink.deliveredTo(0)) == perAgent && len(sink.deliveredTo(2)) == perAgent
+			})
+			time.Sleep(20 * time.Millisecond) // a commit and marks save
+			stop()
+			if err := sp.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if sp, err = spool.Open(spool.Options{Dir: dir, Readers: []string{"k"}}); err != nil {
+				t.Fatal(err)
+			}
+			defer sp.Close()
+			if got := func() uint64 { r, _ := sp.Reader("k"); return r.Committed().Index }(); got != 1 {
+				t.Fatalf("committed index %d after the restart, want 1", got)
+			}
+			sink.setDown(1, false)
+			r, _ = sp.Reader("k")
+			stop = runPartitionWorker(t, worker(r))
+			defer stop()
+			eventually(t, "everything", func() bool { return r.Committed().Index == 3*perAgent })
+			if got := seqsOf(sink.deliveredTo(1), "p1"); !slices.Equal(got, upTo(perAgent)) {
+				t.Fatalf("partition 1 got %v", got)
+			}
+			for _, p := range []int{0, 2} {
+				got := seqsOf(sink.deliveredTo(p), fmt.Sprintf("p%d", p))
+				want := upTo(perAgent)
+				if !withMarks {
+					want = append(want, upTo(perAgent)[1:]...) // all but seq 0 of p0 (before the position) again
+					if p == 2 {
+						want = append(upTo(perAgent), upTo(perAgent)...)
+					}
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("partition %d got %v, want %v", p, got, want)
+				}
+			}
+		})
+	}
+}

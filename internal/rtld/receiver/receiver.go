@@ -352,7 +352,8 @@ func (r *Receiver) Run(ctx context.Context) error {
 		}
 		if ps, ok := sink.(delivery.Partitioned); ok {
 			// Kafka: every partition on its own.
-			w := &delivery.PartitionWorker{Name: name, Sink: ps, Reader: reader, DeadLetters: r.dead, Metrics: r.delivered, Log: r.log}
+			w := &delivery.PartitionWorker{Name: name, Sink: ps, Reader: reader, DeadLetters: r.dead, Metrics: r.delivered, Log: r.log,
+				MarksFile: filepath.Join(r.cfg.SpoolDir, "partitions-"+name+".state")}
 			start(name+" worker", w.Run)
 			continue
 		}
