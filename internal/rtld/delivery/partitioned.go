@@ -595,7 +595,10 @@ func (r *partitionRun) deliver(ctx context.Context, l *lane, items []item) error
 	attempts := 0
 	for {
 		start := time.Now()
-		err := prepared.Deliver(ctx)
+		// A request in flight when ctx ends is let finish (the sink bounds
+		// it): interrupted, its records would be sent again after the
+		// restart.
+		err := prepared.Deliver(context.WithoutCancel(ctx))
 		if err == nil {
 			w.Metrics.seconds.WithLabelValues(w.Name).Observe(time.Since(start).Seconds())
 			r.delivered(l, len(batches), records, nil, failedSince, attempts)

@@ -24,6 +24,10 @@ import (
 // partSink is a Partitioned sink whose partitions can be made to fail: a
 // batch of agent "p<k>" goes to partition k mod n.
 type partSink struct {
+	// entered and hold, when set, make the first delivery tell that it
+	// started and wait for hold to close.
+	entered, hold chan struct{}
+
 	mu        sync.Mutex
 	n         int
 	down      map[int]bool
@@ -82,8 +86,16 @@ type partWrite struct {
 	batches []*accesslog.Batch
 }
 
-func (w *partWrite) Deliver(context.Context) error {
+func (w *partWrite) Deliver(ctx context.Context) error {
 	s := w.s
+	if s.hold != nil {
+		close(s.entered)
+		<-s.hold
+		s.hold = nil
+		if ctx.Err() != nil {
+			return ctx.Err() // interrupted: the test fails on it
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down[w.p] {
@@ -386,5 +398,29 @@ func TestPartitionWorkerRestartSendsOnlyWhatAPartitionLacks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPartitionWorkerStopLetsRequestsFinish: a delivery in flight when the
+// worker is stopped completes and is committed, rather than being cut off
+// and sent again after the restart.
+func TestPartitionWorkerStopLetsRequestsFinish(t *testing.T) {
+	_, r := spoolOf(t, 1, 1, 10)
+	sink := newPartSink(1)
+	sink.entered, sink.hold = make(chan struct{}), make(chan struct{})
+	w := &PartitionWorker{Name: "k", Log: quiet, Sink: sink, Reader: r, Metrics: NewMetrics(prometheus.NewRegistry()),
+		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, CommitInterval: time.Hour}
+	stop := runPartitionWorker(t, w)
+	<-sink.entered
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	time.Sleep(20 * time.Millisecond)
+	close(sink.hold)
+	<-stopped
+	if got := sink.deliveredTo(0); len(got) != 1 {
+		t.Fatalf("delivered %v, want the batch in flight", got)
+	}
+	if got := r.Committed().Index; got != 1 {
+		t.Fatalf("committed index %d after the stop, want 1", got)
 	}
 }
