@@ -24,6 +24,8 @@ BENCHTIME    ?= 1s
 # directory) and `make lint` runs; .golangci.yml is written for v2.
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT         ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
+# ClickHouse 26.x as a library for the tests (npm; internal/testenv.ChDBPackage).
+CHDB_PACKAGE          ?= @chdb/lib-linux-x64-gnu@26.7.3-stable.1
 
 .PHONY: all build version demo test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet golangci-lint helm-lint clean help
 
@@ -48,8 +50,8 @@ demo: ## run simulator, exporter and receiver on loopback (and Prometheus with t
 test: ## the whole suite, integration tests included (real services; see `make deps`)
 	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
 
-deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper (apt), helm and golangci-lint (go install), build the test OpenTelemetry Collector; only what is missing
-	@GO=$(GO) GOLANGCI_LINT_VERSION=$(GOLANGCI_LINT_VERSION) ./scripts/deps.sh
+deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper (apt), chDB's libchdb.so (npm: ClickHouse 26.x), helm and golangci-lint (go install), build the test OpenTelemetry Collector; only what is missing
+	@GO=$(GO) GOLANGCI_LINT_VERSION=$(GOLANGCI_LINT_VERSION) CHDB_PACKAGE=$(CHDB_PACKAGE) ./scripts/deps.sh
 
 bench: bench-scrape bench-scale bench-clickhouse bench-receiver ## the benchmarks whose results the README records
 

@@ -7,6 +7,11 @@
 #        GOLANGCI_LINT_VERSION (for `make lint`; the Makefile pins it) into
 #        Go's bin directory, when that directory has no golangci-lint of
 #        that version
+#   npm: CHDB_PACKAGE (the npm registry's chdb's platform package; its
+#        libchdb.so is ClickHouse 26.x as a library, ~560 MB) into
+#        <user cache dir>/edgepipe/chdb, for the ClickHouse 26.x tests
+#        (internal/testenv.ChDB); skipped when that version is there or
+#        EDGEPIPE_LIBCHDB is set; nodejs/npm come from apt when missing
 #   the OpenTelemetry Collector the OTLP tests run (internal/testenv), built
 #   with the official builder into the user's cache directory: minutes the
 #   first time, skipped when that build exists or EDGEPIPE_OTELCOL is set
@@ -17,6 +22,8 @@ set -euo pipefail
 GO=${GO:-go}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 GOLANGCI_LINT_VERSION=${GOLANGCI_LINT_VERSION:-v2.15.0}
+# Keep in step with internal/testenv.ChDBPackage (the Makefile passes it).
+CHDB_PACKAGE=${CHDB_PACKAGE:-@chdb/lib-linux-x64-gnu@26.7.3-stable.1}
 
 have() { # binary: on PATH or in the usual system dirs (sbin is often off PATH)
 	command -v "$1" >/dev/null 2>&1 || [ -x "/usr/bin/$1" ] || [ -x "/usr/sbin/$1" ]
@@ -40,6 +47,10 @@ done
 zookeeper_jar=/usr/share/java/zookeeper.jar
 have_zookeeper() { [ -f "$zookeeper_jar" ] && have java; }
 have_zookeeper || missing+=(zookeeper)
+# npm installs chDB's library (below).
+if [ -z "${EDGEPIPE_LIBCHDB:-}" ] && ! have npm; then
+	missing+=(npm)
+fi
 
 if ((${#missing[@]})); then
 	echo "deps: installing ${missing[*]}"
@@ -83,6 +94,7 @@ if ((${#missing[@]})); then
 		have "$bin" || { echo "deps: $bin still missing after apt-get install" >&2; exit 1; }
 	done
 	have_zookeeper || { echo "deps: $zookeeper_jar or java still missing after apt-get install" >&2; exit 1; }
+	[ -n "${EDGEPIPE_LIBCHDB:-}" ] || have npm || { echo "deps: npm still missing after apt-get install" >&2; exit 1; }
 else
 	echo "deps: clickhouse-server clickhouse-client prometheus promtool kcat zookeeper already installed"
 fi
@@ -100,6 +112,28 @@ if [ -x "$golangci_lint" ] && [ "v$("$golangci_lint" version --short 2>/dev/null
 else
 	echo "deps: go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
 	$GO install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+fi
+
+# chDB: ClickHouse 26.x as a library, for the tests of the SQL newer
+# servers get. Only the platform package (libchdb.so), not the Node.js
+# bindings: nothing is built, no install script runs.
+if [ -n "${EDGEPIPE_LIBCHDB:-}" ]; then
+	echo "deps: libchdb.so from EDGEPIPE_LIBCHDB=$EDGEPIPE_LIBCHDB"
+else
+	chdb_dir="${XDG_CACHE_HOME:-$HOME/.cache}/edgepipe/chdb"
+	chdb_name=${CHDB_PACKAGE%@*}
+	chdb_version=${CHDB_PACKAGE##*@}
+	chdb_have=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$chdb_dir/node_modules/$chdb_name/package.json" 2>/dev/null | head -1 || true)
+	if [ "$chdb_have" = "$chdb_version" ] && [ -f "$chdb_dir/node_modules/$chdb_name/libchdb.so" ]; then
+		echo "deps: chDB $chdb_version (libchdb.so) already installed in $chdb_dir"
+	else
+		echo "deps: npm install $CHDB_PACKAGE into $chdb_dir"
+		t0=$(date +%s)
+		mkdir -p "$chdb_dir"
+		npm install --prefix "$chdb_dir" --no-save --no-audit --no-fund --ignore-scripts --loglevel=error "$CHDB_PACKAGE"
+		[ -f "$chdb_dir/node_modules/$chdb_name/libchdb.so" ] || { echo "deps: $chdb_dir/node_modules/$chdb_name/libchdb.so missing after npm install" >&2; exit 1; }
+		echo "deps: chDB installed in $(($(date +%s) - t0))s"
+	fi
 fi
 
 if [ -n "${EDGEPIPE_OTELCOL:-}" ]; then

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
@@ -50,6 +52,21 @@ func TestParseInstant(t *testing.T) {
 // chunk is recorded, so nothing is fetched twice.
 func TestBackfillCommand(t *testing.T) {
 	ch := testenv.ClickHouse(t)
+	checkBackfillCommand(t, ch.DSN("cli"), nil, ch.Conn(t))
+}
+
+// TestBackfillCommandHTTPS26 is TestBackfillCommand over HTTPS to
+// ClickHouse 26.x (chDB behind testenv's server), the certificate checked
+// against --clickhouse.tls.ca-file.
+func TestBackfillCommandHTTPS26(t *testing.T) {
+	ch := testenv.ChDB(t)
+	checkBackfillCommand(t, ch.HTTPSDSN("cli"), []string{"--clickhouse.tls.ca-file=" + ch.CAFile()}, ch.Conn(t))
+}
+
+// checkBackfillCommand runs `exporter backfill` into the database cli of
+// dsn twice: the first run stores every settled bucket as the simulator
+// has it, the second finds everything loaded.
+func checkBackfillCommand(t *testing.T, dsn string, flags []string, conn driver.Conn) {
 	sim, base := startSim(t, platformsim.Config{Seed: 5})
 	t.Setenv("EDGEPIPE_CLICKHOUSE_DSN", "")
 
@@ -58,8 +75,9 @@ func TestBackfillCommand(t *testing.T) {
 	midnight := time.Now().UTC().Truncate(24 * time.Hour)
 	from, to := midnight.Add(-48*time.Hour), midnight.Add(-24*time.Hour)
 	args := []string{"backfill", "--api.url=" + base, "--organization-id=" + platformsim.DemoOrganizationID,
-		"--clickhouse.dsn=" + ch.DSN("cli"), "--from=" + from.Format("2006-01-02"), "--to=" + to.Format(time.RFC3339),
+		"--clickhouse.dsn=" + dsn, "--from=" + from.Format("2006-01-02"), "--to=" + to.Format(time.RFC3339),
 		"--dataset=origin_offload", "--dataset=edge_errors", "--progress=lines", "--log.level=warn"}
+	args = append(args, flags...)
 	stderr, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +109,6 @@ func TestBackfillCommand(t *testing.T) {
 	}
 
 	// Rows of settled buckets equal the simulator's.
-	conn := ch.Conn(t)
 	pc, err := platform.New(platform.Config{BaseURL: base, AuthURL: base, ClientID: platformsim.DemoClientID, ClientSecret: platformsim.DemoClientSecret})
 	if err != nil {
 		t.Fatal(err)

@@ -84,6 +84,7 @@ func TestRefusedValues(t *testing.T) {
 		// 0 gave the sinks an already expired flush at shutdown.
 		{"--shutdown-timeout=0s", "exporter: --shutdown-timeout must be positive, got 0s"},
 		{"--prometheus.max-series=-1", "exporter: --prometheus.max-series must not be negative, got -1"},
+		{"--inventory.interval=-1h", "exporter: --inventory.interval must not be negative (0 turns the certificate inventory off), got -1h0m0s"},
 	} {
 		t.Run(tc.arg, func(t *testing.T) {
 			_, stderr, code := testenv.RunCommand(t, exporterBin(t), []string{"--simulate", "--web.listen-address=127.0.0.1:0", tc.arg})
@@ -103,7 +104,7 @@ func TestRefusedValues(t *testing.T) {
 func TestServing(t *testing.T) {
 	const clientID, secret = "cli-test", "file-secret-7d1f0c"
 	sim, err := platformsim.New(platformsim.Config{Seed: 5, Environments: 25, Clients: []platformsim.Client{{
-		ID: clientID, Secret: secret, Scopes: []string{platformsim.ScopeMetrics, platformsim.ScopeAccounts},
+		ID: clientID, Secret: secret, Scopes: []string{platformsim.ScopeMetrics, platformsim.ScopeAccounts, platformsim.ScopeConfig},
 	}}})
 	if err != nil {
 		t.Fatal(err)

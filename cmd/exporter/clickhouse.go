@@ -15,6 +15,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 )
 
@@ -32,15 +33,17 @@ type clickhouseFlags struct {
 	cluster      string
 	insertQuorum int
 	queueRows    int
+	tls          clickhouse.TLSOptions
 }
 
 // addClickHouseFlags registers the --clickhouse.* flags on cmd; those that
 // only concern a running exporter are hidden when forBackfill.
 func addClickHouseFlags(cmd *kingpin.CmdClause, forBackfill bool) *clickhouseFlags {
 	f := &clickhouseFlags{}
-	cmd.Flag("clickhouse.dsn", "Enables the ClickHouse sink: native-protocol DSN, e.g. clickhouse://127.0.0.1:9000/cdn "+
+	cmd.Flag("clickhouse.dsn", "Enables the ClickHouse sink: clickhouse://127.0.0.1:9000/cdn (native protocol), http://HOST:8123/cdn or https://HOST:8443/cdn?secure=true (HTTP interface, ClickHouse 23.3 on) "+
 		"(database created if missing). The password goes in $"+envClickHousePassword+" or --clickhouse.password-file, not here.").
 		Envar("EDGEPIPE_CLICKHOUSE_DSN").PlaceHolder("clickhouse://HOST:9000/DB").StringVar(&f.dsn)
+	addClickHouseTLSFlags(cmd, &f.tls)
 	f.password = cli.SecretFlag(cmd, "clickhouse.password-file", envClickHousePassword, "File holding the ClickHouse password.")
 	cmd.Flag("clickhouse.retention", "Drop rows older than this, e.g. 32d: a table TTL from ClickHouse 19.6 on; on older servers whole monthly partitions are dropped once all their rows are older. 0 keeps everything.").
 		Default("0s").SetValue(&f.retention)
@@ -59,6 +62,16 @@ func addClickHouseFlags(cmd *kingpin.CmdClause, forBackfill bool) *clickhouseFla
 		queue.Hidden()
 	}
 	return f
+}
+
+// addClickHouseTLSFlags registers the --clickhouse.tls.* flags into o.
+func addClickHouseTLSFlags(cmd *kingpin.CmdClause, o *clickhouse.TLSOptions) {
+	cmd.Flag("clickhouse.tls.ca-file", "With a DSN that uses TLS (https://…?secure=true, clickhouse://…?secure=true): PEM file of the CA certificates the server's certificate must chain to (default: the system's).").
+		PlaceHolder("FILE").StringVar(&o.CAFile)
+	cmd.Flag("clickhouse.tls.server-name", "With TLS: the name the server's certificate must be valid for (default: the DSN's host).").
+		PlaceHolder("NAME").StringVar(&o.ServerName)
+	cmd.Flag("clickhouse.tls.insecure-skip-verify", "FOR TESTING ONLY: accept any ClickHouse server certificate (anyone on the path can read and alter the traffic).").
+		BoolVar(&o.InsecureSkipVerify)
 }
 
 // enabled reports whether a DSN was given.
@@ -87,6 +100,7 @@ func (f *clickhouseFlags) newSink(h *host, reg prometheus.Registerer) (*metricta
 		Now:          now,
 		DSN:          strings.TrimSpace(f.dsn),
 		Password:     pw,
+		TLS:          f.tls,
 		Retention:    time.Duration(f.retention),
 		Cluster:      f.cluster,
 		InsertQuorum: f.insertQuorum,
@@ -114,8 +128,9 @@ func (e *clickhouseExtension) register(_ *kingpin.Application, run *kingpin.CmdC
 
 // setup starts the sink: it connects in the background (an unreachable
 // ClickHouse does not stop the exporter; rows queue until it is back) and
-// serves as the scheduler's resume source.
-func (e *clickhouseExtension) setup(_ context.Context, h *host) (parts, error) {
+// serves as the scheduler's resume source. The inventory's tables go
+// through the same connection.
+func (e *clickhouseExtension) setup(ctx context.Context, h *host) (parts, error) {
 	if e.flags == nil || !e.flags.enabled() {
 		return parts{}, nil
 	}
@@ -123,13 +138,24 @@ func (e *clickhouseExtension) setup(_ context.Context, h *host) (parts, error) {
 	if err != nil {
 		return parts{}, err
 	}
+	if err := sink.Preflight(ctx); err != nil {
+		return parts{}, err
+	}
+	tables, err := inventorytables.New(inventorytables.Config{Schemas: sink, Logger: h.log.With("component", "clickhouse-inventory"), Registerer: h.registerer})
+	if err != nil {
+		return parts{}, err
+	}
 	sink.Start()
+	tables.Start()
 	h.log.Info("ClickHouse sink enabled", "dsn", clickhouse.RedactDSN(e.flags.dsn),
 		"max_backfill", e.flags.maxBackfill.String(), "retention", e.flags.retention.String(), "cluster", e.flags.cluster, "insert_quorum", e.flags.insertQuorum)
 	return parts{
 		publishers: []schedule.NamedPublisher{{Name: "clickhouse", Publisher: sink}},
 		resume:     sink,
-		close:      sink.Close,
+		inventory:  tables,
+		// The inventory's tables first: they write through the sink's
+		// connection.
+		close: func(ctx context.Context) error { return errors.Join(tables.Close(ctx), sink.Close(ctx)) },
 	}, nil
 }
 

@@ -85,7 +85,13 @@ func TestClickHouseFlags(t *testing.T) {
 		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.insert-quorum=2"}, wantErr: "only with --clickhouse.cluster"},
 		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.cluster=c", "--clickhouse.insert-quorum=-1"}, wantErr: "--clickhouse.insert-quorum"},
 		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.queue-rows=0"}, wantErr: "--clickhouse.queue-rows"},
-		{args: []string{"--clickhouse.dsn=http://h:8123/cdn"}, wantErr: "clickhouse://"},
+		{args: []string{"--clickhouse.dsn=http://h:8123/cdn"}},
+		{args: []string{"--clickhouse.dsn=https://h:8443/cdn?secure=true", "--clickhouse.tls.server-name=ch.example", "--clickhouse.tls.insecure-skip-verify"}},
+		{args: []string{"--clickhouse.dsn=https://h:8443/cdn"}, wantErr: "https without TLS"},
+		{args: []string{"--clickhouse.dsn=http://h:8123/cdn", "--clickhouse.tls.server-name=x"}, wantErr: "TLS options need a DSN with TLS"},
+		{args: []string{"--clickhouse.dsn=https://h:8443/cdn?secure=true", "--clickhouse.tls.ca-file=/nonexistent.pem"}, wantErr: "CA file"},
+		{args: []string{"--clickhouse.dsn=http://h:8123/cdn", "--clickhouse.cluster=c"}, wantErr: "needs the native protocol"},
+		{args: []string{"--clickhouse.dsn=ftp://h/cdn"}, wantErr: "ClickHouse DSN"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			app := kingpin.New("t", "")
@@ -105,5 +111,27 @@ func TestClickHouseFlags(t *testing.T) {
 				t.Errorf("err %v, want one mentioning %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestHTTPDSNTo1816StopsAtStart: an HTTP DSN to ClickHouse 18.16, whose
+// HTTP interface clickhouse-go cannot talk to, stops the exporter at start
+// with an error naming the server's version and the native protocol,
+// instead of retrying forever; so does the backfill command.
+func TestHTTPDSNTo1816StopsAtStart(t *testing.T) {
+	ch := testenv.ClickHouse(t)
+	_, base := startSim(t, platformsim.Config{Seed: 9})
+	t.Setenv("EDGEPIPE_CLICKHOUSE_DSN", "")
+	dsn := "--clickhouse.dsn=http://" + ch.HTTPAddr() + "/cdn"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, args := range [][]string{
+		{"--api.url=" + base, "--organization-id=" + platformsim.DemoOrganizationID, "--web.listen-address=" + testenv.FreeAddr(t), "--log.level=warn", dsn},
+		{"backfill", "--api.url=" + base, "--organization-id=" + platformsim.DemoOrganizationID, "--from=2026-11-01", "--to=2026-11-02", "--dataset=edge_errors", "--progress=none", "--log.level=warn", dsn},
+	} {
+		err := run(ctx, args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "ClickHouse 18.16.1") || !strings.Contains(err.Error(), "clickhouse://") {
+			t.Errorf("%s: %v, want an error naming ClickHouse 18.16.1 and the native protocol", args[0], err)
+		}
 	}
 }

@@ -128,6 +128,7 @@ type apiClients struct {
 	Platform *platform.Client
 	Metrics  *metricsapi.Client
 	Accounts *platform.Accounts
+	Config   *platform.ConfigService
 }
 
 func newHost(c *commonFlags, log *slog.Logger) (*host, error) {
@@ -169,7 +170,7 @@ func (h *host) clients(_ context.Context) (*apiClients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("platform client: %w", err)
 	}
-	h.built = &apiClients{Platform: pc, Metrics: metricsapi.NewClient(pc.Metrics()), Accounts: pc.Accounts()}
+	h.built = &apiClients{Platform: pc, Metrics: metricsapi.NewClient(pc.Metrics()), Accounts: pc.Accounts(), Config: pc.ConfigService()}
 	return h.built, nil
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/alecthomas/kingpin/v2"
 
+	"github.com/edgepipe/edgepipe/internal/inventory"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 )
 
@@ -31,6 +32,9 @@ type parts struct {
 	// resume, when set, tells the scheduler where stored data ends. At most
 	// one extension may provide one.
 	resume schedule.ResumeSource
+	// inventory, when set, receives the inventory of environments and TLS
+	// certificates. At most one extension may provide one.
+	inventory inventory.Publisher
 	// close is called at shutdown, after polling stopped, with a context
 	// bounding how long it may take to flush.
 	close func(ctx context.Context) error

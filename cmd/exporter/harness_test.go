@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/edgepipe/edgepipe/internal/cli"
+	"github.com/edgepipe/edgepipe/internal/inventory"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
@@ -49,7 +50,7 @@ type testExporter struct {
 	addr  string
 	stop  func()
 	// loops is the number of sleepers at rest: one per dataset plus the
-	// discovery loop.
+	// discovery loop and the inventory.
 	loops int
 	// firstFrom is the start of the first poll's range.
 	firstFrom time.Time
@@ -69,6 +70,9 @@ type testOptions struct {
 	// otherwise every exporter gets a state directory of its own, empty
 	// at its first start.
 	noState bool
+	// logs, when set, receives the exporter's log (warnings and above)
+	// besides the test log.
+	logs io.Writer
 }
 
 // startSim starts a simulator with cfg on loopback until the test ends and
@@ -132,7 +136,11 @@ func (te *testExporter) launch(addr string) {
 	if o.common != nil {
 		o.common(common)
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var logTo io.Writer = testWriter{t}
+	if o.logs != nil {
+		logTo = io.MultiWriter(logTo, o.logs)
+	}
+	log := slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	h, err := newHost(common, log)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +148,7 @@ func (te *testExporter) launch(addr string) {
 	t.Cleanup(h.close)
 	// The fake clock runs hours in seconds: lift the client's budgets.
 	unlimited := platform.Limits{Read: platform.RateLimit{Requests: -1}, Write: platform.RateLimit{Requests: -1}}
-	h.rateLimits = map[string]platform.Limits{platform.ServiceMetrics: unlimited, platform.ServiceAccounts: unlimited}
+	h.rateLimits = map[string]platform.Limits{platform.ServiceMetrics: unlimited, platform.ServiceAccounts: unlimited, platform.ServiceConfig: unlimited}
 
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -150,7 +158,8 @@ func (te *testExporter) launch(addr string) {
 	noSocket, noConfig := false, ""
 	rf := &runFlags{pollInterval: time.Minute, discoveryInterval: 5 * time.Minute, concurrency: 4,
 		seriesTTL: promsink.DefaultSeriesTTL, gaugeMaxAge: promsink.DefaultGaugeMaxAge, shutdownTimeout: 5 * time.Second, otlpQueue: 256,
-		web: &cli.Web{Flags: &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &noSocket, WebConfigFile: &noConfig}}}
+		inventoryInterval: inventory.DefaultInterval,
+		web:               &cli.Web{Flags: &web.FlagConfig{WebListenAddresses: &addrs, WebSystemdSocket: &noSocket, WebConfigFile: &noConfig}}}
 	if o.run != nil {
 		o.run(rf)
 	}
@@ -186,7 +195,7 @@ func (te *testExporter) launch(addr string) {
 	if len(rf.datasets) > 0 {
 		datasets = len(rf.datasets)
 	}
-	te.loops = datasets + 1
+	te.loops = datasets + 2
 	te.settle()
 	te.polls = append(te.polls, te.sim.Now())
 }
@@ -403,7 +412,7 @@ func (e expectation) check(t *testing.T, got map[string]float64) {
 		}
 	}
 	for k := range got {
-		if strings.HasPrefix(k, "cdn_") {
+		if strings.HasPrefix(k, "cdn_") && !inventorySeries(k) {
 			if _, ok := e.values[k]; !ok {
 				t.Errorf("unexpected series %s = %v", k, got[k])
 				bad++
@@ -413,6 +422,12 @@ func (e expectation) check(t *testing.T, got map[string]float64) {
 			t.Fatal("too many mismatches")
 		}
 	}
+}
+
+// inventorySeries reports whether a series key is the inventory's (tested
+// in inventory_test.go), not a dataset's.
+func inventorySeries(key string) bool {
+	return strings.HasPrefix(key, "cdn_environment_info{") || strings.HasPrefix(key, "cdn_tls_certificate_")
 }
 
 type testWriter struct{ t *testing.T }

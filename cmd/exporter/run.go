@@ -17,6 +17,8 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/exportconfig"
+	"github.com/edgepipe/edgepipe/internal/inventory"
+	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/otel"
 	promsink "github.com/edgepipe/edgepipe/internal/sinks/prometheus"
@@ -43,6 +45,7 @@ type runFlags struct {
 	gaugeMaxAge       time.Duration
 	maxSeries         int
 	shutdownTimeout   time.Duration
+	inventoryInterval time.Duration
 	web               *cli.Web
 }
 
@@ -68,10 +71,14 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 		Default(promsink.DefaultSeriesTTL.String()).DurationVar(&f.seriesTTL)
 	cmd.Flag("prometheus.gauge-max-age", "Hide the gauges of a label set whose newest bucket is this much older than the dataset's newest (its counters stay).").
 		Default(promsink.DefaultGaugeMaxAge.String()).DurationVar(&f.gaugeMaxAge)
-	cmd.Flag("prometheus.max-series", "Most series /metrics holds (label sets × their dataset's metrics); beyond it new label sets are "+
+	cmd.Flag("prometheus.max-series", "Most dataset series /metrics holds (label sets × their dataset's metrics; the inventory's few series per environment come on top); beyond it new label sets are "+
 		"refused, counted in edgepipe_series_limit_dropped_total{dataset} and logged, while those held keep updating. 0: no limit.").
 		Default(strconv.Itoa(promsink.DefaultMaxSeries)).IntVar(&f.maxSeries)
 	cmd.Flag("shutdown-timeout", "How long shutdown may take to flush sinks.").Default("10s").DurationVar(&f.shutdownTimeout)
+	cmd.Flag("inventory.interval", "How often every environment's TLS certificates are listed again (config API, scope "+platform.ScopeConfig+"; "+
+		"requests spread out far inside its rate limit) for the "+inventory.DefaultPrefix+"_tls_certificate_* metrics and the tls_certificates table, "+
+		"and names discovery does not give are looked up again. 0 turns the certificate inventory off.").
+		Default(inventory.DefaultInterval.String()).DurationVar(&f.inventoryInterval)
 	f.web = cli.AddWebFlags(cmd, DefaultListenAddress)
 	return f
 }
@@ -90,6 +97,7 @@ type exporter struct {
 	self      *promsink.SelfMetrics
 	collector *promsink.Collector
 	sched     *schedule.Scheduler
+	inv       *inventory.Inventory
 	metrics   http.Handler        // /metrics
 	handler   http.Handler        // /healthz, /readyz
 	state     schedule.StateSaver // nil without --state.dir
@@ -140,6 +148,8 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 	// does not fit the platform's datasets) ends the scheduler before it is
 	// interrupted.
 	g.Add(func() error { return x.sched.Run(schedCtx) }, func(error) { stopSched() })
+	invCtx, stopInv := context.WithCancel(context.Background())
+	g.Add(func() error { return x.inv.Run(invCtx) }, func(error) { stopInv() })
 	if deps.ready != nil {
 		deps.ready <- x
 	}
@@ -169,6 +179,9 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	}
 	if f.shutdownTimeout <= 0 {
 		return nil, fmt.Errorf("--shutdown-timeout must be positive, got %s", f.shutdownTimeout)
+	}
+	if f.inventoryInterval < 0 {
+		return nil, fmt.Errorf("--inventory.interval must not be negative (0 turns the certificate inventory off), got %s", f.inventoryInterval)
 	}
 	// The platform's clock is the clock: polls are planned by the Date
 	// headers of the API's answers, the local clock only sleeps.
@@ -236,6 +249,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	}
 
 	var resume schedule.ResumeSource
+	var invPub inventory.Publisher
 	for _, e := range exts {
 		p, err := e.setup(ctx, h)
 		if err != nil {
@@ -251,7 +265,18 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 			}
 			resume = p.resume
 		}
+		if p.inventory != nil {
+			if invPub != nil {
+				return nil, errors.New("two extensions take the inventory")
+			}
+			invPub = p.inventory
+		}
 	}
+	if x.inv, err = newInventory(h, f, cl, clock, invPub, x.reg); err != nil {
+		return nil, err
+	}
+	discovery := h.environments(cl)
+	discovery.Catalog = x.inv
 
 	x.sched, err = schedule.New(schedule.Config{
 		Granularity:       h.common.granularity,
@@ -262,7 +287,7 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		Jitter:            f.jitter,
 		Datasets:          f.datasets,
 		DatasetSource:     &exportconfig.DatasetSource{Source: cl.Metrics, Config: cfg, Logger: h.log.With("component", "config")},
-		Environments:      h.environments(cl),
+		Environments:      discovery,
 		Fetcher:           cl.Metrics,
 		Resume:            resume,
 		Publishers:        pubs,

@@ -598,10 +598,12 @@ func TestSeriesBudgetBelowTheNeed(t *testing.T) {
 	}
 }
 
+// countCDN counts the dataset series (cdn_, not the inventory's), what
+// --prometheus.max-series bounds.
 func countCDN(got map[string]float64) int {
 	n := 0
 	for k := range got {
-		if strings.HasPrefix(k, "cdn_") {
+		if strings.HasPrefix(k, "cdn_") && !inventorySeries(k) {
 			n++
 		}
 	}
@@ -620,17 +622,19 @@ func TestConfigFilePrefix(t *testing.T) {
 		}})
 	body, got := te.scrape()
 	testenv.CheckMetrics(t, body)
-	n := 0
+	n, info := 0, 0
 	for k := range got {
 		switch {
 		case strings.HasPrefix(k, "acme_cdn_edge_errors_requests_edge_total{"):
 			n++
+		case strings.HasPrefix(k, "acme_cdn_environment_info{"):
+			info++
 		case strings.HasPrefix(k, "cdn_"):
 			t.Errorf("unprefixed series %s", k)
 		}
 	}
-	if n == 0 || got["edgepipe_environments{}"] != 3 {
-		t.Errorf("%d acme_cdn_ series; edgepipe_environments %v", n, got["edgepipe_environments{}"])
+	if n == 0 || info != 3 || got["edgepipe_environments{}"] != 3 {
+		t.Errorf("%d acme_cdn_ series, %d acme_cdn_environment_info; edgepipe_environments %v", n, info, got["edgepipe_environments{}"])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

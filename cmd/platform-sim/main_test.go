@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -118,14 +119,45 @@ func TestServeAndShutdown(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"--fault.rate-429=1.5"},
-		{"--data.numbers=words"},
-		{"--web.listen-address=256.0.0.1:99999"},
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--fault.rate-429=1.5"}, "--fault.rate-429 must be between 0 and 1"},
+		{[]string{"--data.numbers=words"}, "--data.numbers"},
+		{[]string{"--web.listen-address=256.0.0.1:99999"}, "listen"},
+		{[]string{"--traffic.scale=0"}, "--traffic.scale must be more than 0"},
+		{[]string{"--traffic.scale=5000"}, "--traffic.scale must be more than 0 and at most 1000"},
+		{[]string{"--delivery.fault.drop-ack-percent=120"}, "--delivery.fault.drop-ack-percent must be between 0 and 100"},
+		{[]string{"--delivery.fault.drop-batch-percent=e1=101"}, "--delivery.fault.drop-batch-percent e1=101: want a percent"},
+		{[]string{"--delivery.fault.drop-record-percent=e1=much"}, "--delivery.fault.drop-record-percent e1=much: want a percent"},
+		{[]string{"--delivery.fault.late=e1=soon"}, "--delivery.fault.late e1=soon: want a duration"},
+		{[]string{"--web.listen-address=127.0.0.1:0", "--delivery.fault.late=not-an-environment=10m"}, `no environment "not-an-environment"`},
 	} {
 		var logs strings.Builder
-		if err := run(context.Background(), args, io.Discard, &logs); err == nil {
-			t.Errorf("%v: no error", args)
+		err := run(context.Background(), tc.args, io.Discard, &logs)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one containing %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestDeliveryFaultFlags: the --delivery.fault.* flags become the
+// simulator's per-environment faults, several for one environment.
+func TestDeliveryFaultFlags(t *testing.T) {
+	app, f := newCommandLine(io.Discard, io.Discard)
+	if _, err := app.Parse([]string{"--traffic.scale=0.25", "--delivery.fault.drop-ack-percent=5",
+		"--delivery.fault.drop-batch-percent=e1=10", "--delivery.fault.drop-record-percent=e2=2.5",
+		"--delivery.fault.late=e1=7m", "--no-delivery.live"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := platformsim.DeliveryFaults{DropAckPercent: 5, Environments: map[string]platformsim.EnvironmentFaults{
+		"e1": {DropBatchPercent: 10, Late: 7 * time.Minute}, "e2": {DropRecordPercent: 2.5}}}
+	if !reflect.DeepEqual(cfg.Delivery.Faults, want) || cfg.TrafficScale != 0.25 || cfg.Delivery.Live {
+		t.Errorf("faults %+v, scale %v, live %v", cfg.Delivery.Faults, cfg.TrafficScale, cfg.Delivery.Live)
 	}
 }

@@ -90,6 +90,7 @@ type flags struct {
 	clickhouseCluster   string
 	clickhouseQuorum    int
 	clickhouseRetention model.Duration
+	clickhouseTLS       clickhouse.TLSOptions
 	spoolDir            string
 	spoolMaxBytes       units.Base2Bytes
 	spoolSegmentBytes   units.Base2Bytes
@@ -102,7 +103,7 @@ type flags struct {
 	retryAfter          time.Duration
 	gapGrace            time.Duration
 	simulate            bool
-	simRecordsPerSecond float64
+	simTrafficScale     float64
 	simEnvironments     int
 	web                 *cli.Web
 
@@ -160,7 +161,10 @@ func newCommandLine(stdout, stderr io.Writer) *flags {
 	app.Flag("kafka.write-timeout", "How long a produce request may wait for the brokers' acknowledgement (acks=all). A request without an answer by then is unconfirmed: its partition's leader is probed until it answers and the request is sent again, so its records may be in the topic twice (counted in edgepipe_rtld_sink_partition_unconfirmed_records_total). Other partitions go on meanwhile.").Default(kafkasink.DefaultWriteTimeout.String()).DurationVar(&f.kafkaWriteTimeout)
 	app.Flag("kafka.sasl.mechanism", "Kafka SASL mechanism: none, plain, scram-sha-256, scram-sha-512. The username comes only from $EDGEPIPE_KAFKA_USERNAME (or the file named by $EDGEPIPE_KAFKA_USERNAME_FILE), the password as --kafka.password-file says.").Default(kafkasink.SASLNone).EnumVar(&f.kafkaSASLMechanism, kafkasink.SASLMechanisms...)
 	f.kafkaPassword = cli.SecretFlag(app, "kafka.password-file", "EDGEPIPE_KAFKA_PASSWORD", "File holding the Kafka SASL password (with --kafka.sasl.mechanism).")
-	app.Flag("clickhouse.dsn", "ClickHouse DSN (native protocol), e.g. clickhouse://127.0.0.1:9000/cdn; enables the ClickHouse sink (table access_logs). The password goes in $EDGEPIPE_CLICKHOUSE_PASSWORD or --clickhouse.password-file, not here.").Envar("EDGEPIPE_CLICKHOUSE_DSN").PlaceHolder("clickhouse://HOST:9000/DB").StringVar(&f.clickhouseDSN)
+	app.Flag("clickhouse.dsn", "ClickHouse DSN, enables the ClickHouse sink (table access_logs): clickhouse://127.0.0.1:9000/cdn (native protocol), http://HOST:8123/cdn or https://HOST:8443/cdn?secure=true (HTTP interface, ClickHouse 23.3 on). The password goes in $EDGEPIPE_CLICKHOUSE_PASSWORD or --clickhouse.password-file, not here.").Envar("EDGEPIPE_CLICKHOUSE_DSN").PlaceHolder("clickhouse://HOST:9000/DB").StringVar(&f.clickhouseDSN)
+	app.Flag("clickhouse.tls.ca-file", "With a DSN that uses TLS (https://…?secure=true, clickhouse://…?secure=true): PEM file of the CA certificates the server's certificate must chain to (default: the system's).").PlaceHolder("FILE").StringVar(&f.clickhouseTLS.CAFile)
+	app.Flag("clickhouse.tls.server-name", "With TLS: the name the server's certificate must be valid for (default: the DSN's host).").PlaceHolder("NAME").StringVar(&f.clickhouseTLS.ServerName)
+	app.Flag("clickhouse.tls.insecure-skip-verify", "FOR TESTING ONLY: accept any ClickHouse server certificate (anyone on the path can read and alter the traffic).").BoolVar(&f.clickhouseTLS.InsecureSkipVerify)
 	f.clickhousePassword = cli.SecretFlag(app, "clickhouse.password-file", "EDGEPIPE_CLICKHOUSE_PASSWORD", "File holding the ClickHouse password.")
 	app.Flag("clickhouse.cluster", "The cluster (remote_servers) the DSN's server belongs to: a Replicated access_logs_local on every node and a Distributed access_logs sharded by record identity, created ON CLUSTER, checked and completed on every node; a delivery counts once its rows are on their shards (insert_distributed_sync=1). Needs macros {shard} and {replica}.").PlaceHolder("NAME").StringVar(&f.clickhouseCluster)
 	app.Flag("clickhouse.insert-quorum", "With --clickhouse.cluster: a delivery counts only once this many replicas of each shard have its rows (insert_quorum; 0 = one replica).").Default("0").IntVar(&f.clickhouseQuorum)
@@ -179,7 +183,8 @@ func newCommandLine(stdout, stderr io.Writer) *flags {
 	app.Flag("dead-letter.max-bytes", "Size bound of the dead-letter store (<spool.dir>/dead-letter), all sinks together; rejected records that do not fit are dropped for that sink (the other sink still has them), counted in edgepipe_rtld_dead_letter_dropped_records_total and logged.").Default(units.Base2Bytes(deadletter.DefaultMaxBytes).String()).BytesVar(&f.deadLetterMaxBytes)
 	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default(receiver.DefaultGapGrace.String()).DurationVar(&f.gapGrace)
 	app.Flag("simulate", "Run against the built-in platform simulator: it serves the API in-process and delivers log batches to this receiver over TLS on loopback.").BoolVar(&f.simulate)
-	app.Flag("simulate.records-per-second", "With --simulate: records generated per second for each environment's profile.").Default("20").Float64Var(&f.simRecordsPerSecond)
+	app.Flag("simulate.traffic-scale", "With --simulate: multiplies the simulated traffic, the Metrics API's counts and the access logs alike (1: about 100 records/s for the first 3 environments).").
+		Default(strconv.FormatFloat(defaultSimTrafficScale, 'g', -1, 64)).Float64Var(&f.simTrafficScale)
 	app.Flag("simulate.environments", "With --simulate: how many of the simulator's environments to serve when no --environment-id is given (0: all).").Default("3").IntVar(&f.simEnvironments)
 	f.web = cli.AddWebFlags(app, ":9781")
 	app.Command(cmdRun, "Receive batches and deliver them (the default command).").Default()
@@ -460,7 +465,10 @@ func clickhouseConfig(f *flags, password string) (*logtable.Config, error) {
 	if f.clickhouseQuorum < 0 || (f.clickhouseQuorum > 1 && f.clickhouseCluster == "") {
 		return nil, fmt.Errorf("--clickhouse.insert-quorum %d: want 0 or more, and above 1 only with --clickhouse.cluster (a quorum counts replicas)", f.clickhouseQuorum)
 	}
-	opts := []clickhouse.Option{clickhouse.WithCluster(f.clickhouseCluster), clickhouse.WithInsertQuorum(f.clickhouseQuorum)}
+	if err := clickhouse.CheckDSN(f.clickhouseDSN, f.clickhouseCluster, f.clickhouseTLS); err != nil {
+		return nil, fmt.Errorf("--clickhouse.dsn: %w", err)
+	}
+	opts := []clickhouse.Option{clickhouse.WithCluster(f.clickhouseCluster), clickhouse.WithInsertQuorum(f.clickhouseQuorum), clickhouse.WithTLS(f.clickhouseTLS)}
 	if password != "" {
 		opts = append(opts, clickhouse.WithPassword(password))
 	}

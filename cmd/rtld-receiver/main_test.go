@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/cli"
+	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
 func TestParseFlagsDefaultsAndLists(t *testing.T) {
@@ -145,6 +148,11 @@ func TestClickHouseFlags(t *testing.T) {
 		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.cluster=c", "--clickhouse.insert-quorum=2"}},
 		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.insert-quorum=2"}, wantErr: "only with --clickhouse.cluster"},
 		{args: []string{"--clickhouse.dsn=clickhouse://h:9000/cdn", "--clickhouse.retention=-1h"}, wantErr: "not a valid duration"},
+		{args: []string{"--clickhouse.dsn=http://h:8123/cdn"}},
+		{args: []string{"--clickhouse.dsn=https://h:8443/cdn?secure=true", "--clickhouse.tls.ca-file=main_test.go"}, wantErr: "no PEM certificate"},
+		{args: []string{"--clickhouse.dsn=https://h:8443/cdn?secure=true", "--clickhouse.tls.server-name=ch", "--clickhouse.tls.insecure-skip-verify"}},
+		{args: []string{"--clickhouse.dsn=http://h:8123/cdn", "--clickhouse.tls.insecure-skip-verify"}, wantErr: "TLS options need a DSN with TLS"},
+		{args: []string{"--clickhouse.dsn=http://h:8123/cdn", "--clickhouse.cluster=c"}, wantErr: "needs the native protocol"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			f, err := parseFlags(tc.args)
@@ -225,5 +233,23 @@ func TestCommands(t *testing.T) {
 	f, _ := parseFlags(nil)
 	if f.kafkaMaxMessageBytes != 1<<20 || f.deadLetterMaxBytes != 1<<30 {
 		t.Errorf("defaults: --kafka.max-message-bytes %d, --dead-letter.max-bytes %d", f.kafkaMaxMessageBytes, f.deadLetterMaxBytes)
+	}
+}
+
+// TestHTTPDSNTo1816StopsAtStart: an HTTP DSN to ClickHouse 18.16, whose
+// HTTP interface clickhouse-go cannot talk to, stops the receiver at
+// start with an error naming the server's version and the native
+// protocol, instead of spooling batches it could never deliver.
+func TestHTTPDSNTo1816StopsAtStart(t *testing.T) {
+	ch := testenv.ClickHouse(t)
+	t.Setenv("EDGEPIPE_CLICKHOUSE_DSN", "")
+	t.Setenv("EDGEPIPE_RTLD_USERNAME", "platform")
+	t.Setenv("EDGEPIPE_RTLD_PASSWORD", "correct horse")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"--no-register", "--web.listen-address=" + testenv.FreeAddr(t), "--spool.dir=" + t.TempDir(),
+		"--clickhouse.dsn=http://" + ch.HTTPAddr() + "/cdn", "--log.level=warn"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "ClickHouse 18.16.1") || !strings.Contains(err.Error(), "clickhouse://") {
+		t.Errorf("%v, want an error naming ClickHouse 18.16.1 and the native protocol", err)
 	}
 }

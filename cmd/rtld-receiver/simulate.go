@@ -20,6 +20,10 @@ import (
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 )
 
+// defaultSimTrafficScale is the default of --simulate.traffic-scale: the
+// simulator's own default (main.go does not link the simulator).
+const defaultSimTrafficScale = platformsim.DefaultTrafficScale
+
 // simulation is the in-process platform of --simulate: the simulator's API
 // on a loopback port, and a TLS listener (in-memory self-signed certificate,
 // trusted by the simulator's delivery engine) where the simulator posts
@@ -44,12 +48,13 @@ func startSimulation(f *flags, log *slog.Logger) (*simulation, error) {
 		return nil, fmt.Errorf("simulate: TLS ingest listener: %w", err)
 	}
 	sim, err := platformsim.New(platformsim.Config{
-		Seed: 1,
+		Seed:         1,
+		TrafficScale: f.simTrafficScale,
 		Delivery: platformsim.DeliveryConfig{
-			RecordsPerSecond: f.simRecordsPerSecond,
-			RetryInterval:    2 * time.Second,
-			TLSConfig:        &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-			Logger:           log.With("component", "platform-sim"),
+			Live:          true,
+			RetryInterval: 2 * time.Second,
+			TLSConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			Logger:        log.With("component", "platform-sim"),
 		},
 	})
 	if err != nil {

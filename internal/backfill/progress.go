@@ -44,11 +44,16 @@ var progressTable = clickhouse.Table{
 	ShardingKey: "cityHash64(chunk)",
 }
 
+// ProgressTableSpec returns the progress table's shape (a copy).
+func ProgressTableSpec() *clickhouse.Table {
+	t := progressTable
+	return &t
+}
+
 // NewClickHouseProgress creates the progress table if needed (on every
 // node of the schema's cluster).
 func NewClickHouseProgress(ctx context.Context, schema *clickhouse.Schema) (*ClickHouseProgress, error) {
-	t := progressTable
-	if _, err := schema.Ensure(ctx, &t); err != nil {
+	if _, err := schema.Ensure(ctx, ProgressTableSpec()); err != nil {
 		return nil, fmt.Errorf("create backfill progress table: %w", err)
 	}
 	return &ClickHouseProgress{db: schema.DB()}, nil

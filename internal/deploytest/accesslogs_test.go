@@ -14,6 +14,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
@@ -25,6 +26,29 @@ func createAccessLogs(ctx context.Context, t *testing.T, db *clickhouse.DB) {
 	for _, stmt := range accessLogsDDL(t, db.Database(), db.Version(), accesslog.Fields()) {
 		if err := db.Exec(ctx, stmt); err != nil {
 			t.Fatal(err)
+		}
+	}
+	createEnvironments(ctx, t, db)
+}
+
+// createEnvironments creates the exporter's environments table, as its sink
+// does, naming the access logs' environments: env-a production, env-b
+// staging, renamed staging-eu later (a newer row).
+func createEnvironments(ctx context.Context, t *testing.T, db *clickhouse.DB) {
+	t.Helper()
+	spec := inventorytables.EnvironmentsTable()
+	for _, stmt := range clickhouse.CreateStatements(db.Database(), "", db.Version(), spec) {
+		if err := db.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	for i, rows := range [][][]any{
+		{{"env-a", "production", "p-1", "shop", "o-1", at, uint64(1)}, {"env-b", "staging", "p-1", "shop", "o-1", at, uint64(1)}},
+		{{"env-b", "staging-eu", "p-1", "shop", "o-1", at.Add(time.Hour), uint64(2)}},
+	} {
+		if err := db.Insert(ctx, spec.Name, []string{"environment_id", "environment", "property_id", "property", "organization_id", "seen_at", "version"}, rows); err != nil {
+			t.Fatalf("environments insert %d: %v", i, err)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/exportconfig"
+	"github.com/edgepipe/edgepipe/internal/inventory"
 	"github.com/edgepipe/edgepipe/internal/rtld"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 	"github.com/edgepipe/edgepipe/internal/testenv"
@@ -150,6 +151,9 @@ func TestChartDefaults(t *testing.T) {
 		if v, ok := c.argValue(flag); ok {
 			t.Errorf("default values pass %s=%s: the exporter's default must apply", flag, v)
 		}
+	}
+	if v, _ := c.argValue("--inventory.interval"); v == "" || mustDuration(t, v) != inventory.DefaultInterval {
+		t.Errorf("--inventory.interval = %q, want the exporter's default %s", v, inventory.DefaultInterval)
 	}
 	assertExporterState(t, m, exporter, false)
 	assertReceiverSpool(t, m, 2)
@@ -489,6 +493,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"empty environment selector", []string{"exporter.config.environments.exclude[0].nam=qa"}, "nam"},
 		{"config and existing ConfigMap", []string{"exporter.config.prefix=cdn", "exporter.existingConfigMap=mine"}, "not both"},
 		{"negative series budget", []string{"exporter.maxSeries=-1"}, "maxSeries"},
+		{"inventory interval not a duration", []string{"exporter.inventoryInterval=1 hour"}, "inventoryInterval"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", releaseName, chartDir, "--kube-version", kubeVersion}
@@ -948,4 +953,13 @@ tests:
               description: "Ingest answers 503 and /readyz fails until delivery frees segments or the volume grows; delivery goes on. Is a sink down (see edgepipe_rtld_sink_lag_bytes), or is --spool.max-bytes larger than the volume?"
 `, pod, "https://github.com/edgepipe/edgepipe/blob/main/deploy/helm/edgepipe/README.md")
 	promtoolTestRules(t, rules, []byte(tests))
+}
+
+func mustDuration(t *testing.T, s string) time.Duration {
+	t.Helper()
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/prometheus/common/model"
 )
 
 // Datasource types the dashboards use.
@@ -54,6 +56,9 @@ type Variable struct {
 	Multi      bool            `json:"multi"`
 	IncludeAll bool            `json:"includeAll"`
 	AllValue   string          `json:"allValue"`
+	// Regex filters and shapes the options (Grafana's "/…/" form, with the
+	// named groups text and value, or a first group).
+	Regex string `json:"regex"`
 }
 
 // QueryText returns the variable's query: a string, or the "query" member of
@@ -88,9 +93,10 @@ type Target struct {
 	RefID      string          `json:"refId"`
 	Datasource *DatasourceRef  `json:"datasource"`
 	Hide       bool            `json:"hide"`
-	Expr       string          `json:"expr"`    // Prometheus
-	Instant    bool            `json:"instant"` // Prometheus
-	RawSQL     string          `json:"rawSql"`  // ClickHouse
+	Expr       string          `json:"expr"`         // Prometheus
+	Instant    bool            `json:"instant"`      // Prometheus
+	Legend     string          `json:"legendFormat"` // Prometheus
+	RawSQL     string          `json:"rawSql"`       // ClickHouse
 	EditorType string          `json:"editorType"`
 	Format     json.RawMessage `json:"format"` // "table" (Prometheus) or 0/1 (ClickHouse)
 	QueryType  string          `json:"queryType"`
@@ -104,6 +110,7 @@ type Query struct {
 	Text      string   // as written in the dashboard, before substitution
 	Instant   bool     // an instant query (tables, stats of $__range)
 	Variable  bool     // the query of a template variable
+	Legend    string   // the legend format of a Prometheus target
 }
 
 // LoadDashboards reads every *.json file of dir.
@@ -236,7 +243,7 @@ func (d Dashboard) Queries() ([]Query, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", d.File, where, err)
 			}
-			q := Query{Dashboard: d.File, Where: where, Language: lang, Instant: tg.Instant}
+			q := Query{Dashboard: d.File, Where: where, Language: lang, Instant: tg.Instant, Legend: tg.Legend}
 			switch lang {
 			case PromQL:
 				q.Text = tg.Expr
@@ -271,6 +278,83 @@ func LabelValuesQuery(q string) (selector, label string, ok bool) {
 		return "", m[1], true
 	}
 	return "", "", false
+}
+
+// Option is one option of a template variable: what the picker shows and
+// what the variable expands to.
+type Option struct {
+	Text, Value string
+}
+
+// QueryResultOptions returns the options Grafana makes of the samples of a
+// query_result(expr) variable: each sample is the line
+// `name{label="value",…} value timestamp_ms` (labels in the order
+// Prometheus returns them: sorted), filtered and shaped by the variable's
+// regex ("/…/"; named groups text and value, else the first group is both,
+// else the whole line). Options are de-duplicated by text, as Grafana does.
+func QueryResultOptions(samples model.Vector, regex string) ([]Option, error) {
+	var re *regexp.Regexp
+	if regex != "" {
+		expr := strings.TrimPrefix(strings.TrimSuffix(regex, "/"), "/")
+		var err error
+		if re, err = regexp.Compile(expr); err != nil {
+			return nil, fmt.Errorf("variable regex %s: %w", regex, err)
+		}
+	}
+	seen := map[string]bool{}
+	var out []Option
+	for _, s := range samples {
+		names := make([]string, 0, len(s.Metric))
+		for k := range s.Metric {
+			if k != model.MetricNameLabel {
+				names = append(names, string(k))
+			}
+		}
+		sort.Strings(names)
+		parts := make([]string, len(names))
+		for i, k := range names {
+			parts[i] = k + `="` + string(s.Metric[model.LabelName(k)]) + `"`
+		}
+		line := fmt.Sprintf("%s{%s} %s %d", s.Metric[model.MetricNameLabel], strings.Join(parts, ","), s.Value, int64(s.Timestamp))
+		o := Option{Text: line, Value: line}
+		if re != nil {
+			m := re.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			text, value := re.SubexpIndex("text"), re.SubexpIndex("value")
+			switch {
+			case text > 0 || value > 0:
+				if text > 0 {
+					o.Text = m[text]
+				}
+				if value > 0 {
+					o.Value = m[value]
+				}
+				if text <= 0 {
+					o.Text = o.Value
+				} else if value <= 0 {
+					o.Value = o.Text
+				}
+			case len(m) > 1:
+				o = Option{Text: m[1], Value: m[1]}
+			}
+		}
+		if !seen[o.Text] {
+			seen[o.Text] = true
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}
+
+// QueryResultExpr returns the expression of a query_result(expr) variable
+// query, and false for any other query.
+func QueryResultExpr(q string) (string, bool) {
+	if m := queryResult.FindStringSubmatch(q); m != nil {
+		return strings.TrimSpace(m[1]), true
+	}
+	return "", false
 }
 
 // PromQLOfVariable turns a Prometheus variable query (Grafana's

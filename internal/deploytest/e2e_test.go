@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"syscall"
@@ -68,16 +69,23 @@ func TestDashboardsEndToEnd(t *testing.T) {
 		prom *testenv.PrometheusServer
 	}
 	var pipelines []pipeline
-	for _, sel := range []struct {
+	for i, sel := range []struct {
 		name string
 		args []string
 	}{{"default selection", nil}, {"lean config", []string{"--config.file=" + lean}}} {
 		_, otlpAddr := otlptest.StartGRPC(t)
 		exporterAddr := testenv.FreeAddr(t)
+		// The first exporter shares the receiver's database, as the
+		// chart's one DSN does: the access logs dashboard names
+		// environments from its environments table.
+		chDB := db
+		if i > 0 {
+			chDB = ch.NewDatabase(t)
+		}
 		startProgram(t, bins["exporter"], append([]string{
 			"--simulate",
 			"--web.listen-address=" + exporterAddr,
-			"--clickhouse.dsn=" + ch.DSN(ch.NewDatabase(t)),
+			"--clickhouse.dsn=" + ch.DSN(chDB),
 			"--otlp.endpoint=http://" + otlpAddr,
 			// As the chart runs it: a first start counts its first poll, so
 			// counters and OTLP sums have data at once.
@@ -118,6 +126,7 @@ func TestDashboardsEndToEnd(t *testing.T) {
 				`sum(edgepipe_rtld_records_received_total{status="accepted"}) > 0`,
 				`sum(edgepipe_clickhouse_rows_written_total) > 0`,
 				`sum(edgepipe_otlp_exported_points_total) > 0`,
+				`count(cdn_tls_certificate_expiry_timestamp_seconds) > 0`,
 			} {
 				v, err := p.prom.Query(ctx, q)
 				if err != nil {
@@ -128,12 +137,14 @@ func TestDashboardsEndToEnd(t *testing.T) {
 				}
 			}
 		}
-		n, err := countRows(conn, "SELECT 1 FROM access_logs LIMIT 1")
-		if err != nil {
-			return fmt.Errorf("access_logs: %w", err)
-		}
-		if n == 0 {
-			return errors.New("access_logs empty yet")
+		for _, table := range []string{"access_logs", "environments"} {
+			n, err := countRows(conn, "SELECT 1 FROM "+table+" LIMIT 1")
+			if err != nil {
+				return fmt.Errorf("%s: %w", table, err)
+			}
+			if n == 0 {
+				return errors.New(table + " empty yet")
+			}
 		}
 		return nil
 	})
@@ -183,12 +194,13 @@ func TestDashboardsEndToEnd(t *testing.T) {
 							continue
 						}
 						var n int
+						var unnamed string
 						for try := 0; ; try++ {
 							switch q.Language {
 							case PromQL:
-								n, err = runPromQL(p.prom.API(), text, q.Instant, v)
+								n, unnamed, err = runPromQL(p.prom.API(), text, q, v)
 							case ClickHouseSQL:
-								n, err = countRows(conn, text)
+								n, unnamed, err = countNamedRows(conn, text)
 							}
 							if (err == nil && n > 0) || try == staleRetries {
 								break
@@ -208,6 +220,8 @@ func TestDashboardsEndToEnd(t *testing.T) {
 							t.Errorf("%s (%s): %v\n%s", q.Where, sel.name, err, text)
 						case n == 0:
 							t.Errorf("%s (%s): no data\n%s", q.Where, sel.name, text)
+						case unnamed != "":
+							t.Errorf("%s (%s): environments not named: %s\n%s", q.Where, sel.name, unnamed, text)
 						default:
 							ran++
 						}
@@ -249,9 +263,15 @@ func resolveVariables(t *testing.T, d Dashboard, base Values, prom *testenv.Prom
 				t.Fatalf("%s: %v", q.Where, err)
 			}
 			var vals []string
-			switch q.Language {
-			case ClickHouseSQL:
+			_, isQueryResult := QueryResultExpr(text)
+			switch {
+			case q.Language == ClickHouseSQL:
 				vals, err = sqlFirstColumn(conn, text)
+			case isQueryResult:
+				vals, err = promQueryResultValues(prom.API(), text, variable.Regex, base)
+				if err == nil && len(vals) > 0 && !sel.all {
+					vals, err = promBusiestOption(prom.API(), variable.Regex, vals, base)
+				}
 			default:
 				vals, err = promLabelValues(prom.API(), text, base)
 				if err == nil && len(vals) > 0 && !sel.all {
@@ -341,7 +361,9 @@ func promLabelValues(api promv1.API, q string, v Values) ([]string, error) {
 	return out, nil
 }
 
-// sqlFirstColumn returns the first column of every row as a string.
+// sqlFirstColumn returns the first column of every row as a string: a
+// variable's values (the ClickHouse plugin takes a second column as the
+// text shown).
 func sqlFirstColumn(conn driver.Conn, sql string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -352,8 +374,13 @@ func sqlFirstColumn(conn driver.Conn, sql string) ([]string, error) {
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
+		vals := make([]any, len(rows.Columns()))
 		var s string
-		if err := rows.Scan(&s); err != nil {
+		vals[0] = &s
+		for i, ct := range rows.ColumnTypes()[1:] {
+			vals[i+1] = reflect.New(ct.ScanType()).Interface()
+		}
+		if err := rows.Scan(vals...); err != nil {
 			return nil, err
 		}
 		out = append(out, s)
@@ -363,21 +390,23 @@ func sqlFirstColumn(conn driver.Conn, sql string) ([]string, error) {
 
 // runPromQL runs expr as Grafana would (a range query over the dashboard's
 // range for time series, an instant query at its end for instant targets)
-// and returns the number of finite samples.
-func runPromQL(api promv1.API, expr string, instant bool, v Values) (int, error) {
+// and returns the number of finite samples, and a series that carries an
+// environment_id without showing its name ("": none): a table without an
+// environment column, or a legend without {{environment}}.
+func runPromQL(api promv1.API, expr string, q Query, v Values) (int, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var (
 		val model.Value
 		err error
 	)
-	if instant {
+	if q.Instant {
 		val, _, _, err = api.Query(ctx, expr, v.To)
 	} else {
 		val, _, _, err = api.QueryRange(ctx, expr, promv1.Range{Start: v.From, End: v.To, Step: 5 * time.Second})
 	}
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	n := 0
 	finite := func(f model.SampleValue) {
@@ -385,23 +414,26 @@ func runPromQL(api promv1.API, expr string, instant bool, v Values) (int, error)
 			n++
 		}
 	}
+	var series []model.Metric
 	switch r := val.(type) {
 	case model.Vector:
 		for _, s := range r {
 			finite(s.Value)
+			series = append(series, s.Metric)
 		}
 	case model.Matrix:
 		for _, s := range r {
 			for _, p := range s.Values {
 				finite(p.Value)
 			}
+			series = append(series, s.Metric)
 		}
 	case *model.Scalar:
 		finite(r.Value)
 	default:
-		return 0, fmt.Errorf("unexpected result type %s", val.Type())
+		return 0, "", fmt.Errorf("unexpected result type %s", val.Type())
 	}
-	return n, nil
+	return n, unnamedSeries(series, q), nil
 }
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -29,13 +29,16 @@ func runSQLQueries(t *testing.T, conn driver.Conn, ds []Dashboard, values []Valu
 					t.Errorf("%s %s: %v", q.Dashboard, q.Where, err)
 					continue
 				}
-				rows, err := countRows(conn, sql)
+				rows, unnamed, err := countNamedRows(conn, sql)
 				if err != nil {
 					t.Errorf("%s %s: %v\n%s", q.Dashboard, q.Where, err, sql)
 					continue
 				}
 				if rows == 0 {
 					t.Errorf("%s %s: no rows\n%s", q.Dashboard, q.Where, sql)
+				}
+				if unnamed != "" {
+					t.Errorf("%s %s: environments not named: %s\n%s", q.Dashboard, q.Where, unnamed, sql)
 				}
 				n++
 			}

@@ -1,8 +1,9 @@
 // Package platform is the foundation of edgepipe's platform API client: OAuth2
 // client credentials per service scope, retries with exponential backoff and
 // jitter, client-side rate limits per service and method class, the API's
-// Error object as a typed error, and the accounts service. Packages for the
-// other services (internal/metricsapi, internal/rtld) build on Service.Do.
+// Error object as a typed error, the accounts service and the config
+// service's TLS certificates. Packages for the other services
+// (internal/metricsapi, internal/rtld) build on Service.Do.
 package platform
 
 import (

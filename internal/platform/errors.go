@@ -108,6 +108,29 @@ func StatusCode(err error) int {
 // IsNotFound reports whether err is the API's 404.
 func IsNotFound(err error) bool { return StatusCode(err) == http.StatusNotFound }
 
+// IsRefused reports whether err says the platform refuses the client for
+// what it asked: a 401 or 403 of an API call (the client has already fetched
+// a new token once), or the token endpoint refusing the client or the scope
+// (401, or 400 with the OAuth2 codes invalid_scope, invalid_client,
+// unauthorized_client). A wrong secret and a scope the API client lacks
+// both look like this; the error's text tells them apart.
+func IsRefused(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Status {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return true
+	case http.StatusBadRequest:
+		switch e.Code {
+		case "invalid_scope", "invalid_client", "unauthorized_client":
+			return true
+		}
+	}
+	return false
+}
+
 func retryableStatus(status int) bool {
 	switch {
 	case status == http.StatusTooManyRequests:

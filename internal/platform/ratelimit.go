@@ -43,7 +43,7 @@ func DefaultRateLimits() map[string]Limits {
 	writes := RateLimit{Requests: 600, Per: specWindow}
 	return map[string]Limits{
 		ServiceAccounts: {Read: reads, Write: writes},
-		"config":        {Read: reads, Write: writes},
+		ServiceConfig:   {Read: reads, Write: writes},
 		"cache":         {Read: reads, Write: reads},
 		ServiceMetrics:  {Read: reads, Write: reads},
 		ServiceRTLD:     {Read: reads, Write: writes},

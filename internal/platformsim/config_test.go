@@ -2,6 +2,7 @@ package platformsim
 
 import (
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,14 +16,17 @@ func TestConfigWithDefaults(t *testing.T) {
 		in                       Config
 		token, late              time.Duration
 		properties, environments int
+		scale                    float64
 	}{
-		{"zero takes every default", Config{}, DefaultTokenLifetime, DefaultLateData, DefaultProperties, DefaultEnvironments},
-		{"negative late data means none", Config{LateData: -1}, DefaultTokenLifetime, 0, DefaultProperties, DefaultEnvironments},
-		{"set values are kept", Config{TokenLifetime: time.Second, LateData: time.Minute, Properties: 1, Environments: 2}, time.Second, time.Minute, 1, 2},
+		{"zero takes every default", Config{}, DefaultTokenLifetime, DefaultLateData, DefaultProperties, DefaultEnvironments, DefaultTrafficScale},
+		{"negative late data means none", Config{LateData: -1}, DefaultTokenLifetime, 0, DefaultProperties, DefaultEnvironments, DefaultTrafficScale},
+		{"set values are kept", Config{TokenLifetime: time.Second, LateData: time.Minute, Properties: 1, Environments: 2, TrafficScale: 0.25},
+			time.Second, time.Minute, 1, 2, 0.25},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := tc.in.withDefaults()
-			if got.TokenLifetime != tc.token || got.LateData != tc.late || got.Properties != tc.properties || got.Environments != tc.environments {
+			if got.TokenLifetime != tc.token || got.LateData != tc.late || got.Properties != tc.properties || got.Environments != tc.environments ||
+				got.TrafficScale != tc.scale {
 				t.Errorf("got %+v", got)
 			}
 			if len(got.Clients) == 0 || got.Faults.RetryAfter != DefaultRetryAfter || got.Delivery.BatchSize != DefaultBatchSize {
@@ -54,12 +58,13 @@ func TestFaultsWithDefaults(t *testing.T) {
 func TestDeliveryConfigWithDefaults(t *testing.T) {
 	want := DeliveryConfig{BatchSize: DefaultBatchSize, FlushInterval: DefaultFlushInterval, AgentsPerEnvironment: DefaultAgentsPerEnvironment,
 		RetryInterval: DefaultRetryInterval, Retention: DefaultDeliveryRetention, RequestTimeout: DefaultRequestTimeout, MaxTrackedUUIDs: DefaultMaxTrackedUUIDs}
-	if got := (DeliveryConfig{}).withDefaults(); got != want {
+	if got := (DeliveryConfig{}).withDefaults(); !reflect.DeepEqual(got, want) {
 		t.Errorf("zero: got %+v, want %+v", got, want)
 	}
-	set := DeliveryConfig{RecordsPerSecond: 2, BatchSize: 1, FlushInterval: time.Millisecond, AgentsPerEnvironment: 4, RetryInterval: time.Second,
-		Retention: time.Hour, RequestTimeout: time.Minute, MaxTrackedUUIDs: -1}
-	if got := set.withDefaults(); got != set {
+	set := DeliveryConfig{Live: true, BatchSize: 1, FlushInterval: time.Millisecond, AgentsPerEnvironment: 4, RetryInterval: time.Second,
+		Retention: time.Hour, RequestTimeout: time.Minute, MaxTrackedUUIDs: -1,
+		Faults: DeliveryFaults{Environments: map[string]EnvironmentFaults{"e": {DropBatchPercent: 10}}}}
+	if got := set.withDefaults(); !reflect.DeepEqual(got, set) {
 		t.Errorf("set: got %+v, want %+v", got, set)
 	}
 }
@@ -77,8 +82,16 @@ func TestConfigValidate(t *testing.T) {
 			[]string{"faults: Rate429 1.5", "MalformedRowRate NaN"}},
 		{"unknown bad value", func(c *Config) { c.Faults.BadValues = "zero" }, []string{`unknown BadValues "zero"`}},
 		{"delivery problems are named as such", func(c *Config) {
-			c.Delivery.RecordsPerSecond, c.Delivery.BatchSize, c.Delivery.Faults.DropAckPercent = math.Inf(1), -1, 101
-		}, []string{"delivery: RecordsPerSecond +Inf", "BatchSize -1", "DropAckPercent 101"}},
+			c.Delivery.BatchSize, c.Delivery.Faults.DropAckPercent = -1, 101
+			c.Delivery.Faults.Environments = map[string]EnvironmentFaults{
+				"env-a": {DropBatchPercent: -1, DropRecordPercent: math.NaN()},
+				"env-b": {DropRecordPercent: 100.5, Late: -time.Second},
+			}
+		}, []string{"delivery: BatchSize -1", "DropAckPercent 101", "environment env-a: DropBatchPercent -1", "environment env-a: DropRecordPercent NaN",
+			"environment env-b: DropRecordPercent 100.5", "environment env-b: Late -1s"}},
+		{"traffic scale", func(c *Config) { c.TrafficScale = -0.5 }, []string{"TrafficScale -0.5"}},
+		{"traffic scale too big", func(c *Config) { c.TrafficScale = MaxTrafficScale * 2 }, []string{"TrafficScale 2000"}},
+		{"traffic scale NaN", func(c *Config) { c.TrafficScale = math.NaN() }, []string{"TrafficScale NaN"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var c Config

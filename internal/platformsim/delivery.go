@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
+	"maps"
 	mrand "math/rand/v2"
 	"net/http"
 	"slices"
@@ -20,17 +20,20 @@ import (
 
 // DeliveryConfig configures the simulator's RTLD delivery engine, which
 // POSTs log batches to every enabled http_post profile as the platform does.
-// The zero value delivers nothing on its own (RecordsPerSecond 0) but serves
-// DeliverRecords with the defaults below.
+// The records are the requests of the traffic model (logmodel.go): those the
+// Metrics API counts. The zero value delivers nothing on its own (Live
+// false) but serves DeliverRecords with the defaults below.
 type DeliveryConfig struct {
-	// RecordsPerSecond is the steady rate of records generated for each
-	// enabled profile (scaled by its downsampling_percent). 0 (the default)
-	// generates records only when DeliverRecords is called.
-	RecordsPerSecond float64
+	// Live delivers every enabled profile's records as the simulated clock
+	// passes their timestamps: from the moment the profile is created or
+	// enabled, every request of its environment (downsampled as the profile
+	// says, through its filters). Without it records are delivered only when
+	// DeliverRecords is called.
+	Live bool
 	// BatchSize is the most records in one batch (default DefaultBatchSize).
 	BatchSize int
-	// FlushInterval is how long steadily generated records wait for a full
-	// batch before a partial one is sent (default DefaultFlushInterval).
+	// FlushInterval is how long live records wait for a full batch before a
+	// partial one is sent (default DefaultFlushInterval).
 	FlushInterval time.Duration
 	// AgentsPerEnvironment is the number of edge agents sending each
 	// environment's batches, each with its own seq_num (default
@@ -108,9 +111,6 @@ func (c DeliveryConfig) withDefaults() DeliveryConfig {
 // work.
 func (c DeliveryConfig) validate() error {
 	var errs []error
-	if !(c.RecordsPerSecond >= 0) || math.IsInf(c.RecordsPerSecond, 1) {
-		errs = append(errs, fmt.Errorf("RecordsPerSecond %v: want a finite rate, 0 or more", c.RecordsPerSecond))
-	}
 	if c.BatchSize < 0 || c.AgentsPerEnvironment < 0 {
 		errs = append(errs, fmt.Errorf("BatchSize %d and AgentsPerEnvironment %d: must be positive", c.BatchSize, c.AgentsPerEnvironment))
 	}
@@ -122,30 +122,83 @@ func (c DeliveryConfig) validate() error {
 			errs = append(errs, fmt.Errorf("%s %s: must be positive", d.name, d.v))
 		}
 	}
-	if p := c.Faults.DropAckPercent; !(p >= 0 && p <= 100) {
-		errs = append(errs, fmt.Errorf("DropAckPercent %v: want 0 to 100", p))
+	if err := c.Faults.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// DeliveryFaults make the engine misbehave the way a real network does.
+// DeliveryFaults make the engine misbehave the way a real network and a
+// real platform do.
 type DeliveryFaults struct {
 	// DropAckPercent (0 to 100) is the share of 2xx answers the engine
 	// treats as lost: the receiver has the batch, yet the engine sends the
 	// same bytes again after RetryInterval, so the receiver sees a duplicate.
 	DropAckPercent float64
+	// Environments holds the faults of single environments' log streams,
+	// by environment ID.
+	Environments map[string]EnvironmentFaults
+}
+
+// EnvironmentFaults make the platform lose or delay one environment's logs.
+// Which batches and records are dropped is a pure function of the seed and
+// their place in the stream.
+type EnvironmentFaults struct {
+	// DropBatchPercent (0 to 100) is the share of the environment's batches
+	// the platform loses after numbering them: they are never sent, so the
+	// receiver sees a gap in the agent's seq_num.
+	DropBatchPercent float64
+	// DropRecordPercent (0 to 100) is the share of the environment's records
+	// dropped before they are batched: batches arrive with fewer records and
+	// seq_nums without gaps, so only a comparison with the Metrics API
+	// notices.
+	DropRecordPercent float64
+	// Late holds each bucket's records back until Late after the bucket's
+	// end, then delivers them together (live delivery; DeliverRecords does
+	// not wait).
+	Late time.Duration
+}
+
+// validate reports every setting of f that cannot work.
+func (f DeliveryFaults) validate() error {
+	var errs []error
+	if p := f.DropAckPercent; !(p >= 0 && p <= 100) {
+		errs = append(errs, fmt.Errorf("DropAckPercent %v: want 0 to 100", p))
+	}
+	for _, env := range slices.Sorted(maps.Keys(f.Environments)) {
+		ef := f.Environments[env]
+		for _, p := range []struct {
+			name string
+			v    float64
+		}{{"DropBatchPercent", ef.DropBatchPercent}, {"DropRecordPercent", ef.DropRecordPercent}} {
+			if !(p.v >= 0 && p.v <= 100) {
+				errs = append(errs, fmt.Errorf("environment %s: %s %v: want 0 to 100", env, p.name, p.v))
+			}
+		}
+		if ef.Late < 0 {
+			errs = append(errs, fmt.Errorf("environment %s: Late %s: must not be negative", env, ef.Late))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// clone returns a copy of f that shares no map with it.
+func (f DeliveryFaults) clone() DeliveryFaults {
+	f.Environments = maps.Clone(f.Environments)
+	return f
 }
 
 // DeliveryStats counts what the delivery engine did since the Server started.
 type DeliveryStats struct {
-	// RecordsGenerated is the number of records put into batches.
+	// RecordsGenerated is the number of records put into batches queued
+	// for sending (batches lost by DropBatchPercent are not).
 	RecordsGenerated int64
 	// RecordsAcknowledged is the number of records in acknowledged batches.
 	RecordsAcknowledged int64
 	// RecordsDropped is the number of records given up on (retention
 	// exceeded, or the profile was deleted or disabled).
 	RecordsDropped int64
-	// Batches is the number of batches sealed.
+	// Batches is the number of batches queued for sending.
 	Batches int64
 	// BatchesAcknowledged is the number of batches a destination accepted
 	// (and whose acknowledgement was not dropped by a fault).
@@ -166,6 +219,12 @@ type DeliveryStats struct {
 	// UntrackedRecords is the number of generated records whose UUID
 	// GeneratedUUIDs does not hold (beyond DeliveryConfig.MaxTrackedUUIDs).
 	UntrackedRecords int64
+	// BatchesLost and RecordsLost count the batches (numbered, never sent)
+	// and their records that EnvironmentFaults.DropBatchPercent lost.
+	BatchesLost, RecordsLost int64
+	// RecordsSkipped counts the records EnvironmentFaults.DropRecordPercent
+	// dropped before batching.
+	RecordsSkipped int64
 }
 
 // Settled reports whether every generated record has been acknowledged or
@@ -235,16 +294,16 @@ func (l *lane) pop() {
 	l.mu.Unlock()
 }
 
-// profileState is the engine's per-profile generation state.
+// profileState is the engine's per-profile state.
 type profileState struct {
 	mu      sync.Mutex
-	gen     *recordGenerator
 	next    int                   // round-robin agent index
 	seq     map[string]seqCounter // by agent ID
-	pending []logRecord           // steady-rate records not yet batched
+	stream  *logStream            // nil while the profile is not delivered to
+	pending []logRecord           // live records not yet batched
 	since   time.Time             // when pending got its first record (wall clock)
-	carry   float64               // fractional records owed by the rate
 	shape   recordShape           // of pending
+	buckets map[int64]*LogBucket  // by bucket start, Unix seconds
 }
 
 type seqCounter struct {
@@ -260,6 +319,7 @@ type deliveryEngine struct {
 	seed    int64
 	targets func() []deliveryTarget
 	target  func(id int64) (deliveryTarget, bool)
+	plan    planner
 	spawn   func(func(context.Context)) bool
 	client  *http.Client
 	log     *slog.Logger
@@ -275,8 +335,12 @@ type deliveryEngine struct {
 	lanes    map[laneKey]*lane
 }
 
+// planner returns the plan of an environment's bucket for a downsampling
+// percent (Server.logPlan); false when the environment is gone.
+type planner func(envID string, start time.Time, percent float64) (*bucketPlan, bool)
+
 func newDeliveryEngine(cfg DeliveryConfig, seed int64, now func() time.Time,
-	targets func() []deliveryTarget, target func(int64) (deliveryTarget, bool),
+	targets func() []deliveryTarget, target func(int64) (deliveryTarget, bool), plan planner,
 	spawn func(func(context.Context)) bool) *deliveryEngine {
 	log := cfg.Logger
 	if log == nil {
@@ -304,11 +368,12 @@ func newDeliveryEngine(cfg DeliveryConfig, seed int64, now func() time.Time,
 		seed:     seed,
 		targets:  targets,
 		target:   target,
+		plan:     plan,
 		spawn:    spawn,
 		client:   &http.Client{Transport: rt, Timeout: cfg.RequestTimeout},
 		log:      log,
 		runID:    hex.EncodeToString(nonce[:]),
-		faults:   cfg.Faults,
+		faults:   cfg.Faults.clone(),
 		faultRNG: mrand.New(mrand.NewPCG(uint64(seed), 0xac4)),
 		profiles: map[int64]*profileState{},
 		agents:   map[string][]string{},
@@ -340,18 +405,24 @@ func (e *deliveryEngine) state(id int64) *profileState {
 	defer e.mu.Unlock()
 	ps, ok := e.profiles[id]
 	if !ok {
-		ps = &profileState{gen: newRecordGenerator(e.seed, id), seq: map[string]seqCounter{}}
+		ps = &profileState{seq: map[string]seqCounter{}, buckets: map[int64]*LogBucket{}}
 		e.profiles[id] = ps
 	}
 	return ps
 }
 
-// run is the engine's control loop: it generates steady-rate records,
-// flushes partial batches and stops the senders of profiles that are gone.
+// envFaults returns the faults of an environment's stream.
+func (e *deliveryEngine) envFaults(envID string) EnvironmentFaults {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.faults.Environments[envID]
+}
+
+// run is the engine's control loop: it draws live records, flushes partial
+// batches and stops the senders of profiles that are gone.
 func (e *deliveryEngine) run(ctx context.Context) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -359,57 +430,91 @@ func (e *deliveryEngine) run(ctx context.Context) {
 			e.client.CloseIdleConnections()
 			return
 		case t := <-tick.C:
-			dt := t.Sub(last).Seconds()
-			last = t
-			e.step(ctx, dt, t)
+			e.step(ctx, t)
 		}
 	}
 }
 
-func (e *deliveryEngine) step(ctx context.Context, dt float64, wall time.Time) {
+// step is one tick of the control loop at wall-clock time wall.
+func (e *deliveryEngine) step(ctx context.Context, wall time.Time) {
 	targets := e.targets()
 	live := map[int64]bool{}
 	for _, tg := range targets {
 		live[tg.profile.ID] = true
 	}
 	e.stopLanes(func(k laneKey) bool { return !live[k.profileID] })
+	e.forgetStreams(live)
 	for _, tg := range targets {
-		ps := e.state(tg.profile.ID)
+		e.stepProfile(ctx, tg, wall)
+	}
+}
+
+// forgetStreams ends the streams of profiles that are no longer delivered
+// to (deleted, disabled, no longer http_post): their records meanwhile are
+// never logged, and a profile enabled again starts from then.
+func (e *deliveryEngine) forgetStreams(live map[int64]bool) {
+	e.mu.Lock()
+	var gone []*profileState
+	for id, ps := range e.profiles {
+		if !live[id] {
+			gone = append(gone, ps)
+		}
+	}
+	e.mu.Unlock()
+	for _, ps := range gone {
 		ps.mu.Lock()
-		if e.cfg.RecordsPerSecond > 0 {
-			rate := e.cfg.RecordsPerSecond
-			if d := tg.profile.DownsamplingPercent; d != nil {
-				rate *= *d / 100
-			}
-			ps.carry += rate * dt
-			n := int(ps.carry)
-			ps.carry -= float64(n)
-			var shape recordShape
-			if n > 0 {
-				shape = shapeOf(tg.profile)
-				if len(ps.pending) > 0 && !slices.Equal(ps.shape.keys, shape.keys) {
-					// The profile's fields or custom headers changed: ship
-					// what was made the old way first.
-					e.flushLocked(ctx, tg, ps)
-				}
-			}
-			if n > 0 && len(ps.pending) == 0 {
-				ps.since = wall
-				ps.shape = shape
-			}
-			now := e.now()
-			for range n {
-				ps.pending = append(ps.pending, ps.gen.record(ps.shape, tg.ctx, now))
-				if len(ps.pending) >= e.cfg.BatchSize {
-					e.flushLocked(ctx, tg, ps)
-					ps.since = wall
-				}
-			}
-		}
-		if len(ps.pending) > 0 && wall.Sub(ps.since) >= e.cfg.FlushInterval {
-			e.flushLocked(ctx, tg, ps)
-		}
+		ps.stream, ps.pending = nil, nil
 		ps.mu.Unlock()
+	}
+}
+
+// stepProfile draws the profile's records that are due, batches them, and
+// flushes a partial batch that waited FlushInterval.
+func (e *deliveryEngine) stepProfile(ctx context.Context, tg deliveryTarget, wall time.Time) {
+	ps := e.state(tg.profile.ID)
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	now := e.now()
+	ps.prune(now.Add(-e.cfg.Retention - time.Hour))
+	if e.cfg.Live {
+		if ps.stream == nil {
+			// From the moment the profile was created or enabled.
+			ps.stream = newLogStream(tg.profile.UpdatedAt)
+		}
+		// A bounded draw per tick: a clock that jumps ahead is caught up
+		// over several ticks instead of in one long pause.
+		reqs, err := e.draw(tg, ps, drawLimit{live: true, now: now, records: 4 * e.cfg.BatchSize, scan: 40 * e.cfg.BatchSize})
+		if err != nil {
+			e.log.Error("rtld delivery: drawing records failed", "profile_id", tg.profile.ID, "err", err)
+		}
+		e.batchLive(ctx, tg, ps, reqs, wall)
+	}
+	if len(ps.pending) > 0 && wall.Sub(ps.since) >= e.cfg.FlushInterval {
+		e.flushLocked(ctx, tg, ps)
+	}
+}
+
+// batchLive adds live records to the pending batch, sealing every full one.
+func (e *deliveryEngine) batchLive(ctx context.Context, tg deliveryTarget, ps *profileState, reqs []*logRequest, wall time.Time) {
+	if len(reqs) == 0 {
+		return
+	}
+	shape := shapeOf(tg.profile)
+	if len(ps.pending) > 0 && !slices.Equal(ps.shape.keys, shape.keys) {
+		// The profile's fields or custom headers changed: ship what was
+		// made the old way first.
+		e.flushLocked(ctx, tg, ps)
+	}
+	if len(ps.pending) == 0 {
+		ps.since = wall
+	}
+	ps.shape = shape
+	for _, r := range reqs {
+		ps.pending = append(ps.pending, r.record(shape))
+		if len(ps.pending) >= e.cfg.BatchSize {
+			e.flushLocked(ctx, tg, ps)
+			ps.since = wall
+		}
 	}
 }
 
@@ -425,22 +530,37 @@ func (e *deliveryEngine) flushLocked(ctx context.Context, tg deliveryTarget, ps 
 	}
 }
 
-// sealLocked assigns the next agent and its seq_num, encodes the batch and
-// queues it. ps.mu must be held, which keeps each agent's seq_nums in queue
-// order.
-func (e *deliveryEngine) sealLocked(ctx context.Context, tg deliveryTarget, ps *profileState, keys []string, recs []logRecord) error {
+// nextSeq assigns the next agent and its seq_num. ps.mu must be held, which
+// keeps each agent's seq_nums in queue order.
+func (e *deliveryEngine) nextSeq(tg deliveryTarget, ps *profileState, now time.Time) (agent, day string, seq int64) {
 	agents := e.agentsFor(tg.profile.EnvironmentID)
-	agent := agents[ps.next%len(agents)]
+	agent = agents[ps.next%len(agents)]
 	ps.next++
-	now := e.now().UTC()
-	day := now.Format("20060102")
+	day = now.Format("20060102")
 	c := ps.seq[agent]
 	if c.datestamp != day {
 		c = seqCounter{datestamp: day}
 	}
-	seq := c.next
+	seq = c.next
 	c.next++
 	ps.seq[agent] = c
+	return agent, day, seq
+}
+
+// sealLocked numbers a batch, encodes and queues it, or loses it when the
+// environment's DropBatchPercent says so. ps.mu must be held.
+func (e *deliveryEngine) sealLocked(ctx context.Context, tg deliveryTarget, ps *profileState, keys []string, recs []logRecord) error {
+	now := e.now().UTC()
+	agent, day, seq := e.nextSeq(tg, ps, now)
+	if e.loseBatch(tg.profile, agent, day, seq) {
+		e.mu.Lock()
+		e.stats.BatchesLost++
+		e.stats.RecordsLost += int64(len(recs))
+		e.mu.Unlock()
+		ps.count(recs, func(b *LogBucket) *int64 { return &b.Lost })
+		e.log.Debug("rtld delivery: batch lost (fault)", "profile_id", tg.profile.ID, "agent_id", agent, "seq_num", seq, "records", len(recs))
+		return nil
+	}
 	body, ctype, err := encodeBatch(tg.profile.Delivery.LogFormat, batchHeader{
 		AccountNumber: tg.ctx.accountNumber, AgentID: agent, Datestamp: day,
 		ProfileID: tg.profile.ID, SeqNum: seq,
@@ -462,8 +582,16 @@ func (e *deliveryEngine) sealLocked(ctx context.Context, tg deliveryTarget, ps *
 		}
 	}
 	e.mu.Unlock()
+	ps.count(recs, func(b *LogBucket) *int64 { return &b.Queued })
 	e.laneFor(ctx, laneKey{tg.profile.ID, agent}).push(b)
 	return nil
+}
+
+// loseBatch decides whether DropBatchPercent loses a batch, by its
+// identity.
+func (e *deliveryEngine) loseBatch(p rtldProfile, agent, day string, seq int64) bool {
+	pct := e.envFaults(p.EnvironmentID).DropBatchPercent
+	return pct > 0 && seedHash(e.seed).s("lose-batch").i(p.ID).s(agent).s(day).i(seq).u()*100 < pct
 }
 
 // laneFor returns the lane of key, starting its sender when it is new.
@@ -664,19 +792,30 @@ type deliveryStatusError struct{ status int }
 
 func (e *deliveryStatusError) Error() string { return fmt.Sprintf("destination answered %d", e.status) }
 
-// deliverRecords generates exactly n records for profile id now, seals them
-// into batches of BatchSize and queues them.
+// deliverRecords seals the next n records of the profile's stream into
+// batches of BatchSize and queues them, whatever the clock. Without live
+// delivery the stream first moves on to the present.
 func (e *deliveryEngine) deliverRecords(ctx context.Context, tg deliveryTarget, n int) error {
 	ps := e.state(tg.profile.ID)
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
+	now := e.now()
+	if ps.stream == nil {
+		ps.stream = newLogStream(tg.profile.UpdatedAt)
+	}
+	if !e.cfg.Live {
+		ps.skipTo(now)
+	}
 	shape := shapeOf(tg.profile)
 	for n > 0 {
 		k := min(n, e.cfg.BatchSize)
-		now := e.now()
-		recs := make([]logRecord, k)
-		for i := range recs {
-			recs[i] = ps.gen.record(shape, tg.ctx, now)
+		reqs, err := e.draw(tg, ps, drawLimit{records: k, scan: maxDrawScan, horizon: now.Add(maxDrawAhead)})
+		if err != nil {
+			return err
+		}
+		recs := make([]logRecord, len(reqs))
+		for i, r := range reqs {
+			recs[i] = r.record(shape)
 		}
 		if err := e.sealLocked(ctx, tg, ps, shape.keys, recs); err != nil {
 			return err
@@ -700,7 +839,7 @@ func (e *deliveryEngine) generatedUUIDs() []string {
 
 func (e *deliveryEngine) setFaults(f DeliveryFaults) {
 	e.mu.Lock()
-	e.faults = f
+	e.faults = f.clone()
 	e.mu.Unlock()
 }
 

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -509,10 +510,10 @@ func TestDeliveryDropsAfterRetention(t *testing.T) {
 	}
 }
 
-func TestDeliverySteadyRateAndProfileChanges(t *testing.T) {
+func TestDeliveryLiveAndProfileChanges(t *testing.T) {
 	rcv := newTestReceiver(t, nil)
-	sim, id, env := deliverySim(t, rcv, Config{Seed: 8, Delivery: DeliveryConfig{
-		RecordsPerSecond: 2000, BatchSize: 100, FlushInterval: 50 * time.Millisecond}}, validProfile)
+	sim, id, env := deliverySim(t, rcv, Config{Seed: 8, TrafficScale: 20, Delivery: DeliveryConfig{
+		Live: true, BatchSize: 100, FlushInterval: 50 * time.Millisecond}}, validProfile)
 	waitFor := func(what string, cond func(DeliveryStats) bool) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
@@ -564,7 +565,7 @@ func TestDeliveryEngineStopsWithServer(t *testing.T) {
 	rcv := newTestReceiver(t, func(int) int { return 503 }) // every batch stays pending
 	before := runtime.NumGoroutine()
 	sim, id, _ := deliverySim(t, rcv, Config{Seed: 3, Delivery: DeliveryConfig{
-		BatchSize: 5, MaxTrackedUUIDs: 7, RecordsPerSecond: 100, FlushInterval: 20 * time.Millisecond}}, validProfile)
+		BatchSize: 5, MaxTrackedUUIDs: 7, Live: true, FlushInterval: 20 * time.Millisecond}}, validProfile)
 	if err := sim.srv.DeliverRecords(context.Background(), id, 20); err != nil {
 		t.Fatal(err)
 	}
@@ -650,20 +651,26 @@ func TestDeliveryTLSVerification(t *testing.T) {
 
 func TestDeliveryHonoursFilters(t *testing.T) {
 	rcv := newTestReceiver(t, nil)
-	sim, id, _ := deliverySim(t, rcv, Config{Seed: 6, Delivery: DeliveryConfig{BatchSize: 100}}, func(env string) map[string]any {
-		p := validProfile(env)
-		p["fields"] = []any{"uuid", "status_code", "host"}
-		p["filters"] = map[string]any{
-			"status_codes": []any{"5xx", "404"},
-			"host_names":   map[string]any{"names": []any{"shop.example.com", "api.example.com"}, "condition": "in"},
-		}
-		return p
-	})
+	sim, id, env := deliverySim(t, rcv, Config{Seed: 6, Delivery: DeliveryConfig{BatchSize: 100}}, validProfile)
+	// The filters name hosts of the environment, so its profile is updated
+	// once the environment is known.
+	hosts := sim.srv.EnvironmentHosts(env)
+	p := validProfile(env)
+	p["fields"] = []any{"uuid", "status_code", "host"}
+	p["delivery_method"].(map[string]any)["destination_endpoint"] = rcv.srv.URL + "/ingest/" + env
+	p["filters"] = map[string]any{
+		"status_codes": []any{"5xx", "404"},
+		"host_names":   map[string]any{"names": []any{hosts[1], hosts[2]}, "condition": "in"},
+	}
+	if status, body := sim.do("PUT", fmt.Sprintf("/rtld/v1/accesslogs/profiles/%d", id), p); status != 200 {
+		t.Fatalf("set filters: %d %s", status, body)
+	}
 	if err := sim.srv.DeliverRecords(context.Background(), id, 300); err != nil {
 		t.Fatal(err)
 	}
 	waitDelivered(t, sim)
 	statuses := map[int64]int{}
+	seenHosts := map[string]bool{}
 	for _, post := range rcv.accepted() {
 		_, b := decodeRecords(t, "json", gunzip(t, post.body))
 		for _, r := range b.Logs {
@@ -671,12 +678,37 @@ func TestDeliveryHonoursFilters(t *testing.T) {
 			var host string
 			_ = json.Unmarshal(r["host"], &host)
 			statuses[s]++
-			if (s != 404 && (s < 500 || s > 599)) || (host != "shop.example.com" && host != "api.example.com") {
+			seenHosts[host] = true
+			if (s != 404 && (s < 500 || s > 599)) || (host != hosts[1] && host != hosts[2]) {
 				t.Fatalf("record outside the filters: status %d host %q", s, host)
 			}
 		}
 	}
-	if len(statuses) < 2 {
-		t.Errorf("statuses %v: want a realistic mix within the filter", statuses)
+	if len(statuses) < 2 || len(seenHosts) != 2 {
+		t.Errorf("statuses %v, hosts %v: want a realistic mix within the filter", statuses, seenHosts)
+	}
+	// The records the filters dropped are counted, not delivered.
+	var filtered, queued int64
+	for _, b := range sim.srv.LogBuckets(id) {
+		filtered += b.Filtered
+		queued += b.Queued
+	}
+	if queued != 300 || filtered < 300 {
+		t.Errorf("%d records queued, %d filtered: want 300 queued of many more drawn", queued, filtered)
+	}
+}
+
+// TestDeliverRecordsGivesUp: a stream whose filters pass nothing fails
+// DeliverRecords within its bounds instead of searching forever.
+func TestDeliverRecordsGivesUp(t *testing.T) {
+	rcv := newTestReceiver(t, nil)
+	sim, id, _ := deliverySim(t, rcv, Config{Seed: 6, TrafficScale: 0.01}, func(env string) map[string]any {
+		p := validProfile(env)
+		p["filters"] = map[string]any{"host_names": map[string]any{"names": []any{"elsewhere.example.com"}, "condition": "in"}}
+		return p
+	})
+	err := sim.srv.DeliverRecords(context.Background(), id, 10)
+	if !errors.Is(err, errNoRecords) {
+		t.Fatalf("DeliverRecords: %v, want errNoRecords", err)
 	}
 }

@@ -115,8 +115,28 @@ func parseTime(raw json.RawMessage) (time.Time, error) {
 // parseQuery validates a data request body for dataset ds. It returns the
 // query or every problem found as ErrorDetails.
 func (s *Server) parseQuery(ds *datasetDesc, body []byte) (*dataQuery, []ErrorDetail) {
-	var details []ErrorDetail
-	add := func(source, desc string) { details = append(details, detail(source, desc)) }
+	top, bad := decodeQueryBody(body)
+	if bad != nil {
+		return nil, []ErrorDetail{*bad}
+	}
+	p := &queryParser{ds: ds, q: &dataQuery{w: s.w(), ds: ds, filters: map[string][]string{}, echo: map[string]any{}}}
+	p.unknownProperties(top)
+	p.metrics(top)
+	p.dimensions(top)
+	p.filters(top)
+	rangeOK := p.dateRange(top)
+	if p.granularity(top) && rangeOK {
+		p.rangeFitsGranularity()
+	}
+	if len(p.details) > 0 {
+		return p.q, p.details
+	}
+	return p.q, nil
+}
+
+// decodeQueryBody decodes a data request body into its top-level
+// properties, or says why it cannot.
+func decodeQueryBody(body []byte) (map[string]json.RawMessage, *ErrorDetail) {
 	var top map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&top); err != nil || top == nil {
@@ -124,16 +144,28 @@ func (s *Server) parseQuery(ds *datasetDesc, body []byte) (*dataQuery, []ErrorDe
 		if err != nil {
 			msg += ": " + err.Error()
 		}
-		add("body", msg)
-		return nil, details
+		d := detail("body", msg)
+		return nil, &d
 	}
 	if dec.More() {
-		add("body", "unexpected data after the JSON object")
-		return nil, details
+		d := detail("body", "unexpected data after the JSON object")
+		return nil, &d
 	}
-	q := &dataQuery{w: s.w(), ds: ds, filters: map[string][]string{}, echo: map[string]any{}}
+	return top, nil
+}
+
+// queryParser collects a data query and the problems of its request.
+type queryParser struct {
+	ds      *datasetDesc
+	q       *dataQuery
+	details []ErrorDetail
+}
+
+func (p *queryParser) add(source, desc string) { p.details = append(p.details, detail(source, desc)) }
+
+func (p *queryParser) unknownProperties(top map[string]json.RawMessage) {
 	known := map[string]bool{"date_range": true, "dimensions": true, "metrics": true, "filters": true, "time_granularity": true}
-	var keys []string
+	keys := make([]string, 0, len(top))
 	for k := range top {
 		keys = append(keys, k)
 	}
@@ -144,178 +176,212 @@ func (s *Server) parseQuery(ds *datasetDesc, body []byte) (*dataQuery, []ErrorDe
 			if src == "" {
 				src = `body[""]`
 			}
-			add(src, "unknown property (property names are case-sensitive): expected date_range, dimensions, metrics, filters, time_granularity")
+			p.add(src, "unknown property (property names are case-sensitive): expected date_range, dimensions, metrics, filters, time_granularity")
 		}
 	}
+}
 
-	// metrics
-	if raw, ok := top["metrics"]; !ok || isNull(raw) {
-		add("metrics", "required: a non-empty array of metric names")
-	} else if ms, ok := stringArray(raw, "metrics", add); ok {
-		if len(ms) == 0 {
-			add("metrics", "must not be empty")
-		}
-		seen := map[string]bool{}
-		for i, m := range ms {
-			switch {
-			case ds.metricI[m] == 0 && (len(ds.Metrics) == 0 || ds.Metrics[0].Name != m):
-				add(fmt.Sprintf("metrics[%d]", i), fmt.Sprintf("unknown metric %q of dataset %s", m, ds.Name))
-			case seen[m]:
-				add(fmt.Sprintf("metrics[%d]", i), fmt.Sprintf("metric %q is listed twice", m))
-			}
-			seen[m] = true
-		}
-		q.metrics = ms
-		q.echo["metrics"] = ms
+func (p *queryParser) metrics(top map[string]json.RawMessage) {
+	raw, ok := present(top, "metrics")
+	if !ok {
+		p.add("metrics", "required: a non-empty array of metric names")
+		return
 	}
+	ms, ok := stringArray(raw, "metrics", p.add)
+	if !ok {
+		return
+	}
+	if len(ms) == 0 {
+		p.add("metrics", "must not be empty")
+	}
+	ds := p.ds
+	p.checkNames("metric", ms, func(m string) bool { return ds.metricI[m] != 0 || (len(ds.Metrics) > 0 && ds.Metrics[0].Name == m) })
+	p.q.metrics = ms
+	p.q.echo["metrics"] = ms
+}
 
-	// dimensions
-	if raw, ok := top["dimensions"]; ok && !isNull(raw) {
-		if dims, ok := stringArray(raw, "dimensions", add); ok {
-			seen := map[string]bool{}
-			for i, d := range dims {
-				if _, ok := ds.dimI[d]; !ok {
-					add(fmt.Sprintf("dimensions[%d]", i), fmt.Sprintf("unknown dimension %q of dataset %s", d, ds.Name))
-				} else if seen[d] {
-					add(fmt.Sprintf("dimensions[%d]", i), fmt.Sprintf("dimension %q is listed twice", d))
-				}
-				seen[d] = true
-			}
-			q.dims = dims
-			q.echo["dimensions"] = dims
-		}
-	} else {
-		q.echo["dimensions"] = []string{}
+func (p *queryParser) dimensions(top map[string]json.RawMessage) {
+	raw, ok := present(top, "dimensions")
+	if !ok {
+		p.q.echo["dimensions"] = []string{}
+		return
 	}
+	dims, ok := stringArray(raw, "dimensions", p.add)
+	if !ok {
+		return
+	}
+	p.checkNames("dimension", dims, func(d string) bool { _, ok := p.ds.dimI[d]; return ok })
+	p.q.dims = dims
+	p.q.echo["dimensions"] = dims
+}
 
-	// filters
-	if raw, ok := top["filters"]; !ok || isNull(raw) {
-		add("filters", "required: an object with at least the environment_id filter")
-	} else {
-		var fm map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &fm); err != nil {
-			add("filters", "must be an object whose values are arrays of strings")
-		} else {
-			names := make([]string, 0, len(fm))
-			for k := range fm {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			for _, k := range names {
-				src := "filters." + k
-				if _, ok := ds.filterI[k]; !ok {
-					add(src, fmt.Sprintf("unknown filter %q of dataset %s", k, ds.Name))
-					continue
-				}
-				vals, ok := stringArray(fm[k], src, add)
-				if !ok {
-					continue
-				}
-				switch {
-				case len(vals) == 0:
-					add(src, "must hold at least one value")
-					continue
-				case len(vals) > limits.MaxFilterValues:
-					add(src, fmt.Sprintf("holds %d values; at most %d are allowed", len(vals), limits.MaxFilterValues))
-					continue
-				}
-				if k == "http_status_code" {
-					for i, v := range vals {
-						if n, err := strconv.Atoi(v); err != nil || n < 100 || n > 599 {
-							add(fmt.Sprintf("%s[%d]", src, i), fmt.Sprintf("%q is not an HTTP status code", v))
-						}
-					}
-				}
-				if k == "environment_id" {
-					for i, v := range vals {
-						idx, ok := q.w.envByID[v]
-						if !ok {
-							add(fmt.Sprintf("%s[%d]", src, i), fmt.Sprintf("unknown environment ID %q", v))
-							continue
-						}
-						q.envIdx = append(q.envIdx, idx)
-					}
-				}
-				q.filters[k] = vals
-			}
-			if _, ok := fm["environment_id"]; !ok {
-				add("filters.environment_id", "the environment_id filter is required")
-			}
-			q.echo["filters"] = q.filters
+// checkNames reports the names of a metrics or dimensions list that the
+// dataset does not have, and those listed twice.
+func (p *queryParser) checkNames(what string, names []string, known func(string) bool) {
+	seen := map[string]bool{}
+	for i, n := range names {
+		src := fmt.Sprintf("%ss[%d]", what, i)
+		switch {
+		case !known(n):
+			p.add(src, fmt.Sprintf("unknown %s %q of dataset %s", what, n, p.ds.Name))
+		case seen[n]:
+			p.add(src, fmt.Sprintf("%s %q is listed twice", what, n))
 		}
+		seen[n] = true
 	}
+}
 
-	// date_range
-	rangeOK := false
-	if raw, ok := top["date_range"]; !ok || isNull(raw) {
-		add("date_range", "required: an object with start and end")
-	} else {
-		var dr map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &dr); err != nil || dr == nil {
-			add("date_range", "must be an object with start and end")
-		} else {
-			okS, okE := false, false
-			if v, ok := dr["start"]; !ok || isNull(v) {
-				add("date_range.start", "required")
-			} else if t, err := parseTime(v); err != nil {
-				add("date_range.start", err.Error())
-			} else {
-				q.start, okS = t, true
-			}
-			if v, ok := dr["end"]; !ok || isNull(v) {
-				add("date_range.end", "required")
-			} else if t, err := parseTime(v); err != nil {
-				add("date_range.end", err.Error())
-			} else {
-				q.end, okE = t, true
-			}
-			for k := range dr {
-				if k != "start" && k != "end" {
-					add("date_range."+k, "unknown property")
-				}
-			}
-			if okS && okE {
-				if !q.start.Before(q.end) {
-					add("date_range", "start must be before end (start inclusive, end exclusive)")
-				} else {
-					rangeOK = true
-				}
-				q.echo["date_range"] = map[string]string{"start": ts(q.start), "end": ts(q.end)}
-			}
+func (p *queryParser) filters(top map[string]json.RawMessage) {
+	raw, ok := present(top, "filters")
+	if !ok {
+		p.add("filters", "required: an object with at least the environment_id filter")
+		return
+	}
+	var fm map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fm); err != nil {
+		p.add("filters", "must be an object whose values are arrays of strings")
+		return
+	}
+	names := make([]string, 0, len(fm))
+	for k := range fm {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if vals, ok := p.filter(k, fm[k]); ok {
+			p.q.filters[k] = vals
 		}
 	}
+	if _, ok := fm["environment_id"]; !ok {
+		p.add("filters.environment_id", "the environment_id filter is required")
+	}
+	p.q.echo["filters"] = p.q.filters
+}
 
-	// time_granularity
-	gOK := true
-	if raw, ok := top["time_granularity"]; ok && !isNull(raw) {
-		var v string
-		if err := json.Unmarshal(raw, &v); err != nil {
-			add("time_granularity", "must be one of FIVE_MINUTES, HOUR, DAY")
-			gOK = false
-		} else if _, ok := granularity(metricsapi.Granularity(v)); ok {
-			q.g, q.gSent = metricsapi.Granularity(v), v
-			q.echo["time_granularity"] = v
-		} else {
-			add("time_granularity", fmt.Sprintf("%q is not one of FIVE_MINUTES, HOUR, DAY", v))
-			gOK = false
-		}
+// filter checks one filter's values; false when it is left out of the
+// query.
+func (p *queryParser) filter(name string, raw json.RawMessage) ([]string, bool) {
+	src := "filters." + name
+	if _, ok := p.ds.filterI[name]; !ok {
+		p.add(src, fmt.Sprintf("unknown filter %q of dataset %s", name, p.ds.Name))
+		return nil, false
 	}
-	if rangeOK && gOK {
-		d := q.end.Sub(q.start)
-		if q.g == "" {
-			g, ok := defaultGranularity(d)
+	vals, ok := stringArray(raw, src, p.add)
+	switch {
+	case !ok:
+		return nil, false
+	case len(vals) == 0:
+		p.add(src, "must hold at least one value")
+		return nil, false
+	case len(vals) > limits.MaxFilterValues:
+		p.add(src, fmt.Sprintf("holds %d values; at most %d are allowed", len(vals), limits.MaxFilterValues))
+		return nil, false
+	}
+	switch name {
+	case "http_status_code":
+		for i, v := range vals {
+			if n, err := strconv.Atoi(v); err != nil || n < 100 || n > 599 {
+				p.add(fmt.Sprintf("%s[%d]", src, i), fmt.Sprintf("%q is not an HTTP status code", v))
+			}
+		}
+	case "environment_id":
+		for i, v := range vals {
+			idx, ok := p.q.w.envByID[v]
 			if !ok {
-				add("date_range", fmt.Sprintf("the range of %s is longer than any granularity allows (DAY: at most 60 days)", d))
+				p.add(fmt.Sprintf("%s[%d]", src, i), fmt.Sprintf("unknown environment ID %q", v))
+				continue
 			}
-			q.g = g
-		} else if gl, _ := granularity(q.g); d > gl.MaxRange {
-			add("date_range", fmt.Sprintf("the range of %s is longer than %s allows (at most %s)", d, q.g, human(gl.MaxRange)))
+			p.q.envIdx = append(p.q.envIdx, idx)
 		}
 	}
-	if len(details) > 0 {
-		return q, details
+	return vals, true
+}
+
+// dateRange reads date_range; true when it is a valid range.
+func (p *queryParser) dateRange(top map[string]json.RawMessage) bool {
+	raw, ok := present(top, "date_range")
+	if !ok {
+		p.add("date_range", "required: an object with start and end")
+		return false
 	}
-	return q, nil
+	var dr map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &dr); err != nil || dr == nil {
+		p.add("date_range", "must be an object with start and end")
+		return false
+	}
+	start, okS := p.rangeTime(dr, "start")
+	end, okE := p.rangeTime(dr, "end")
+	for k := range dr {
+		if k != "start" && k != "end" {
+			p.add("date_range."+k, "unknown property")
+		}
+	}
+	if okS {
+		p.q.start = start
+	}
+	if okE {
+		p.q.end = end
+	}
+	if !okS || !okE {
+		return false
+	}
+	p.q.echo["date_range"] = map[string]string{"start": ts(start), "end": ts(end)}
+	if !start.Before(end) {
+		p.add("date_range", "start must be before end (start inclusive, end exclusive)")
+		return false
+	}
+	return true
+}
+
+// rangeTime reads date_range.start or .end.
+func (p *queryParser) rangeTime(dr map[string]json.RawMessage, key string) (time.Time, bool) {
+	v, ok := present(dr, key)
+	if !ok {
+		p.add("date_range."+key, "required")
+		return time.Time{}, false
+	}
+	t, err := parseTime(v)
+	if err != nil {
+		p.add("date_range."+key, err.Error())
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+// granularity reads time_granularity; false when it is invalid.
+func (p *queryParser) granularity(top map[string]json.RawMessage) bool {
+	raw, ok := present(top, "time_granularity")
+	if !ok {
+		return true
+	}
+	var v string
+	if err := json.Unmarshal(raw, &v); err != nil {
+		p.add("time_granularity", "must be one of FIVE_MINUTES, HOUR, DAY")
+		return false
+	}
+	if _, ok := granularity(metricsapi.Granularity(v)); !ok {
+		p.add("time_granularity", fmt.Sprintf("%q is not one of FIVE_MINUTES, HOUR, DAY", v))
+		return false
+	}
+	p.q.g, p.q.gSent = metricsapi.Granularity(v), v
+	p.q.echo["time_granularity"] = v
+	return true
+}
+
+// rangeFitsGranularity picks the default granularity, or checks the range
+// against the one sent.
+func (p *queryParser) rangeFitsGranularity() {
+	q := p.q
+	d := q.end.Sub(q.start)
+	if q.g == "" {
+		g, ok := defaultGranularity(d)
+		if !ok {
+			p.add("date_range", fmt.Sprintf("the range of %s is longer than any granularity allows (DAY: at most 60 days)", d))
+		}
+		q.g = g
+	} else if gl, _ := granularity(q.g); d > gl.MaxRange {
+		p.add("date_range", fmt.Sprintf("the range of %s is longer than %s allows (at most %s)", d, q.g, human(gl.MaxRange)))
+	}
 }
 
 func human(d time.Duration) string {
@@ -327,8 +393,6 @@ func human(d time.Duration) string {
 	}
 	return d.String()
 }
-
-func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
 
 func (s *Server) handleData(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "name")

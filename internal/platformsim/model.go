@@ -322,77 +322,91 @@ type countryFinal struct {
 // traffic) of the bucket.
 func (b *bucketCtx) countries() []countryFinal {
 	out := make([]countryFinal, len(countries))
-	m := b.m
-	// The local-time position of the bucket.
-	mid := b.start.Add(time.Duration(b.seconds/2) * time.Second)
-	utcHour := float64(mid.Hour()) + float64(mid.Minute())/60
-	burst := 1.0
-	bh := b.h.s("burst")
-	if bh.u() < 0.04 {
-		burst = 20 + 80*bh.i(1).u()
-	}
+	burst := b.burst()
 	hitNoise := 0.015 * b.h.s("hitnoise").z()
-	for i, c := range countries {
-		ch := b.h.s(c.code)
-		var shape float64
-		if b.g == "DAY" {
-			shape = curveMean
-		} else {
-			shape = curve(math.Mod(utcHour+c.tz+m.phase+48, 24))
+	for i := range countries {
+		if edge := b.countryEdge(i); edge > 0 {
+			out[i] = b.countryFinal(i, edge, burst, hitNoise)
 		}
-		local := mid.Add(time.Duration(c.tz * float64(time.Hour)))
-		if wd := local.Weekday(); wd == time.Saturday || wd == time.Sunday {
-			shape *= 1 - m.weekendDip
-		}
-		// Noise of a five-minute bucket; a longer bucket averages many, so
-		// its noise shrinks with the square root of its length.
-		sd := 0.08 * math.Sqrt(300/b.seconds)
-		lambda := m.peakRPS * m.countryW[i] * shape * b.seconds * math.Exp(sd*ch.s("noise").z())
-		edge := ch.s("edge").poisson(lambda)
-		if edge == 0 {
-			continue
-		}
-		f := &out[i]
-		f.edge = edge
-		n5 := ch.s("5xx").poisson(edge * m.errBase * burst * (0.5 + ch.s("5xxc").u()))
-		n5 = math.Min(n5, math.Floor(edge*0.6))
-		n4 := math.Min(math.Round(edge*(0.02+0.04*ch.s("4xx").u())), edge-n5)
-		n3 := math.Min(math.Round(edge*(0.03+0.05*ch.s("3xx").u())), edge-n5-n4)
-		n2 := edge - n5 - n4 - n3
-		classes := [4]float64{n2, n3, n4, n5}
-		hit2 := clamp(m.hitBase+hitNoise+0.01*ch.s("hit").z(), 0.6, 0.995)
-		hitRatios := [4]float64{hit2, 0.95, 0.5, 0.02}
-		perReq := [4]float64{m.avgBytes * (0.85 + 0.3*ch.s("size").u()), 350, 900, 600}
-		for k, n := range classes {
-			hit := math.Round(n * hitRatios[k])
-			stale := math.Min(math.Round(n*m.staleFrac), n-hit)
-			miss := n - hit - stale
-			f.n[k] = [3]float64{hit, miss, stale}
-			for j := 0; j < 3; j++ {
-				f.bytes[k][j] = math.Round(f.n[k][j] * perReq[k])
-			}
-		}
-		var hits, misses, stales float64
-		for k := range classes {
-			hits += f.n[k][0]
-			misses += f.n[k][1]
-			stales += f.n[k][2]
-		}
-		f.prefetch = math.Round(edge * m.prefetch)
-		f.prefetchHit = math.Round(f.prefetch * (0.85 + 0.13*ch.s("pfh").u()))
-		f.cachable = hits + stales + math.Round(misses*0.6)
-		missFrac := misses / edge
-		p50 := c.latency * m.latency * (1 + 3*missFrac) * math.Exp(0.1*ch.s("lat").z())
-		transfer := perReq[0] / 250000 * 1000 * (0.8 + 0.4*ch.s("xfer").u()) // ms at ~2 Mbit/s
-		for p := 0; p < 6; p++ {
-			f.ttfb[p] = p50 * ttfbShape[p]
-			f.rt[p] = f.ttfb[p] + transfer*transferShape[p]
-		}
-		f.origin = misses + math.Floor(stales/2)
-		f.bytesOrigin = math.Round(f.origin * perReq[0] * 0.7)
-		f.originTTFB50 = m.originMs * (0.7 + c.latency/60) * math.Exp(0.12*ch.s("olat").z())
 	}
 	return out
+}
+
+// burst is the factor on the 5xx rate: 1, or 20 to 100 in the 4 % of
+// buckets that hold an error burst.
+func (b *bucketCtx) burst() float64 {
+	if bh := b.h.s("burst"); bh.u() < 0.04 {
+		return 20 + 80*bh.i(1).u()
+	}
+	return 1
+}
+
+// countryEdge draws the final edge requests of country i: the daily curve
+// at the country's local time, the weekend dip, a bucket's noise, the
+// environment's size and Config.TrafficScale.
+func (b *bucketCtx) countryEdge(i int) float64 {
+	c, m := countries[i], b.m
+	mid := b.start.Add(time.Duration(b.seconds/2) * time.Second)
+	shape := curveMean
+	if b.g != "DAY" {
+		utcHour := float64(mid.Hour()) + float64(mid.Minute())/60
+		shape = curve(math.Mod(utcHour+c.tz+m.phase+48, 24))
+	}
+	local := mid.Add(time.Duration(c.tz * float64(time.Hour)))
+	if wd := local.Weekday(); wd == time.Saturday || wd == time.Sunday {
+		shape *= 1 - m.weekendDip
+	}
+	// Noise of a five-minute bucket; a longer bucket averages many, so
+	// its noise shrinks with the square root of its length.
+	ch := b.h.s(c.code)
+	sd := 0.08 * math.Sqrt(300/b.seconds)
+	lambda := m.peakRPS * m.countryW[i] * shape * b.seconds * math.Exp(sd*ch.s("noise").z()) * b.s.cfg.TrafficScale
+	return ch.s("edge").poisson(lambda)
+}
+
+// countryFinal splits a country's edge requests into the status class ×
+// cache status table with bytes, prefetches, latency and origin traffic.
+func (b *bucketCtx) countryFinal(i int, edge, burst, hitNoise float64) countryFinal {
+	c, m := countries[i], b.m
+	ch := b.h.s(c.code)
+	f := countryFinal{edge: edge}
+	classes := b.statusClasses(ch, edge, burst)
+	hit2 := clamp(m.hitBase+hitNoise+0.01*ch.s("hit").z(), 0.6, 0.995)
+	hitRatios := [4]float64{hit2, 0.95, 0.5, 0.02}
+	perReq := [4]float64{m.avgBytes * (0.85 + 0.3*ch.s("size").u()), 350, 900, 600}
+	var hits, misses, stales float64
+	for k, n := range classes {
+		hit := math.Round(n * hitRatios[k])
+		stale := math.Min(math.Round(n*m.staleFrac), n-hit)
+		miss := n - hit - stale
+		f.n[k] = [3]float64{hit, miss, stale}
+		for j := 0; j < 3; j++ {
+			f.bytes[k][j] = math.Round(f.n[k][j] * perReq[k])
+		}
+		hits, misses, stales = hits+hit, misses+miss, stales+stale
+	}
+	f.prefetch = math.Round(edge * m.prefetch)
+	f.prefetchHit = math.Round(f.prefetch * (0.85 + 0.13*ch.s("pfh").u()))
+	f.cachable = hits + stales + math.Round(misses*0.6)
+	p50 := c.latency * m.latency * (1 + 3*misses/edge) * math.Exp(0.1*ch.s("lat").z())
+	transfer := perReq[0] / 250000 * 1000 * (0.8 + 0.4*ch.s("xfer").u()) // ms at ~2 Mbit/s
+	for p := 0; p < 6; p++ {
+		f.ttfb[p] = p50 * ttfbShape[p]
+		f.rt[p] = f.ttfb[p] + transfer*transferShape[p]
+	}
+	f.origin = misses + math.Floor(stales/2)
+	f.bytesOrigin = math.Round(f.origin * perReq[0] * 0.7)
+	f.originTTFB50 = m.originMs * (0.7 + c.latency/60) * math.Exp(0.12*ch.s("olat").z())
+	return f
+}
+
+// statusClasses splits a country's edge requests over 2xx, 3xx, 4xx, 5xx.
+func (b *bucketCtx) statusClasses(ch hasher, edge, burst float64) [4]float64 {
+	n5 := ch.s("5xx").poisson(edge * b.m.errBase * burst * (0.5 + ch.s("5xxc").u()))
+	n5 = math.Min(n5, math.Floor(edge*0.6))
+	n4 := math.Min(math.Round(edge*(0.02+0.04*ch.s("4xx").u())), edge-n5)
+	n3 := math.Min(math.Round(edge*(0.03+0.05*ch.s("3xx").u())), edge-n5-n4)
+	return [4]float64{edge - n5 - n4 - n3, n3, n4, n5}
 }
 
 // scaled returns floor(x × c), the late-data view of a final count.
@@ -475,23 +489,9 @@ func (b *bucketCtx) edgeUsage() []leaf {
 
 func (b *bucketCtx) edgeErrors() []leaf {
 	var out []leaf
-	bw := append([]float64(nil), edgeErrorWeights...)
-	// A burst is dominated by one code.
-	if bh := b.h.s("burst"); bh.u() < 0.04 {
-		bw[int(bh.i(2).u()*float64(len(bw)))] += 3
-	}
 	for i, f := range b.countries() {
-		n5 := f.n[3][0] + f.n[3][1] + f.n[3][2]
-		if n5 == 0 {
-			continue
-		}
 		code := countries[i].code
-		w := make([]float64, len(bw))
-		for j := range bw {
-			w[j] = bw[j] * (0.5 + b.h.s(code).s("ecode").i(int64(j)).u())
-		}
-		parts := split(n5, w)
-		for j, n := range parts {
+		for j, n := range b.errorCodes(i, f) {
 			if n == 0 {
 				continue
 			}
@@ -507,6 +507,25 @@ func (b *bucketCtx) edgeErrors() []leaf {
 		}
 	}
 	return out
+}
+
+// errorCodes splits the final 5xx requests of country i (final f) over
+// edgeErrorCodes; a burst is dominated by one code. The access logs use the
+// same split, so their 5xx status codes match edge_errors.
+func (b *bucketCtx) errorCodes(i int, f countryFinal) []float64 {
+	n5 := f.n[3][0] + f.n[3][1] + f.n[3][2]
+	if n5 == 0 {
+		return make([]float64, len(edgeErrorCodes))
+	}
+	w := append([]float64(nil), edgeErrorWeights...)
+	if bh := b.h.s("burst"); bh.u() < 0.04 {
+		w[int(bh.i(2).u()*float64(len(w)))] += 3
+	}
+	ch := b.h.s(countries[i].code).s("ecode")
+	for j := range w {
+		w[j] *= 0.5 + ch.i(int64(j)).u()
+	}
+	return split(n5, w)
 }
 
 func (b *bucketCtx) originCell(n, bytes, ttfb50, transfer float64, c float64) cell {

@@ -70,7 +70,7 @@ var cloudRegions = []struct {
 // delivery engine.
 func (s *Server) routeRTLD(r chi.Router) {
 	st := &rtldState{store: newProfileStore(s.now)}
-	st.engine = newDeliveryEngine(s.cfg.Delivery, s.cfg.Seed, s.now, s.deliveryTargets, s.deliveryTarget, s.spawn)
+	st.engine = newDeliveryEngine(s.cfg.Delivery, s.cfg.Seed, s.now, s.deliveryTargets, s.deliveryTarget, s.logPlan, s.spawn)
 	s.rtld = st
 	s.spawn(st.engine.run)
 
@@ -312,19 +312,22 @@ func (s *Server) deliveryTargetOf(p rtldProfile) (deliveryTarget, bool) {
 	if !p.Enabled || p.Delivery.Type != deliveryHTTPPost {
 		return deliveryTarget{}, false
 	}
-	env, ok := s.environment(p.EnvironmentID)
+	w := s.w()
+	i, ok := w.envByID[p.EnvironmentID]
 	if !ok {
 		return deliveryTarget{}, false
 	}
-	origins := env.Origins
+	env := w.envs[i]
+	origins, originW := env.Origins, w.models[i].originW
 	if len(origins) == 0 {
-		origins = []string{"origin-primary"}
+		origins, originW = []string{"origin-primary"}, nil
 	}
 	return deliveryTarget{profile: p, ctx: recordContext{
 		accountNumber: env.LegacyAccountNumber,
 		environmentID: env.ID,
-		hosts:         []string{env.DefaultDomainName, "www." + env.DefaultDomainName, "static." + env.DefaultDomainName},
+		hosts:         environmentHosts(env),
 		origins:       origins,
+		originW:       originW,
 		filters:       p.Filters,
 	}}, true
 }
@@ -353,11 +356,29 @@ func (s *Server) deliveryTarget(id int64) (deliveryTarget, bool) {
 	return s.deliveryTargetOf(cp)
 }
 
-// DeliverRecords generates exactly n records for the enabled http_post
-// profile with the given ID and queues them in batches of
-// DeliveryConfig.BatchSize, spread over the environment's agents. It returns
-// once the batches are queued; use WaitDelivered to wait for their
-// acknowledgement.
+// environmentHosts are the host names of an environment's requests.
+func environmentHosts(env Environment) []string {
+	return []string{env.DefaultDomainName, "www." + env.DefaultDomainName, "static." + env.DefaultDomainName}
+}
+
+// EnvironmentHosts returns the host names an environment's log records
+// carry (for tests that set a profile's host_names filter).
+func (s *Server) EnvironmentHosts(id string) []string {
+	env, ok := s.environment(id)
+	if !ok {
+		return nil
+	}
+	return environmentHosts(env)
+}
+
+// DeliverRecords queues the next n records of the profile's stream (the
+// requests of its environment that the Metrics API counts, downsampled and
+// filtered as the profile says, less those EnvironmentFaults drop) in
+// batches of DeliveryConfig.BatchSize, spread over the environment's agents,
+// whatever the clock: records beyond the present carry timestamps ahead of
+// it. Without live delivery the stream first moves on to the present, so
+// the records start from now. It returns once the batches are queued; use
+// WaitDelivered to wait for their acknowledgement.
 func (s *Server) DeliverRecords(ctx context.Context, profileID int64, n int) error {
 	if s.ctx.Err() != nil {
 		return errors.New("platformsim: deliver records: server closed")
@@ -387,6 +408,11 @@ func (s *Server) DeliverRecordsToAll(ctx context.Context, n int) (int, error) {
 	return len(targets), nil
 }
 
+// LogBuckets returns, bucket by bucket in time order, what the delivery
+// engine did with the profile's stream (buckets older than
+// DeliveryConfig.Retention and an hour are forgotten).
+func (s *Server) LogBuckets(profileID int64) []LogBucket { return s.rtld.engine.logBuckets(profileID) }
+
 // Delivered returns the delivery engine's counters.
 func (s *Server) Delivered() DeliveryStats { return s.rtld.engine.snapshot() }
 
@@ -414,5 +440,6 @@ func (s *Server) WaitDelivered(ctx context.Context) error {
 	}
 }
 
-// SetDeliveryFaults replaces the faults injected into deliveries.
+// SetDeliveryFaults replaces the faults injected into deliveries; a
+// change takes effect with the next record or batch.
 func (s *Server) SetDeliveryFaults(f DeliveryFaults) { s.rtld.engine.setFaults(f) }

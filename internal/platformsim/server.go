@@ -1,8 +1,10 @@
 // Package platformsim simulates the CDN platform's management API for tests,
 // demos and `--simulate`: the OAuth2 token endpoint, the accounts service
-// (organizations, properties, environments), the metrics service (six
+// (organizations, properties, environments), the config service's TLS
+// certificates (tlscerts.go), the metrics service (six
 // datasets with deterministic, realistic data, late data and request
-// validation) and the RTLD service with log delivery (rtld*.go, delivery*.go),
+// validation) and the RTLD service with log delivery (rtld*.go, delivery*.go;
+// the records are the requests the metrics count, log*.go),
 // with optional faults (429, 5xx, latency; values that are not numbers and
 // malformed rows in data answers; a clock ahead of or behind the client's),
 // and the rate limits of spec section 8. Every answer carries Date (spec
@@ -231,17 +233,24 @@ type Config struct {
 	// properties as evenly as possible, the first ones getting one more
 	// (default DefaultEnvironments: 9+8+8).
 	Environments int
-	// Clients the token endpoint accepts (default: the demo client with
-	// app.metrics, app.accounts and app.rtld).
+	// TrafficScale multiplies the traffic of every environment (default 1:
+	// about 1,100 edge requests per second in all for the default world).
+	// It scales the one traffic model that the Metrics API counts and the
+	// access logs record, so both stay consistent; below 1 it keeps the log
+	// volume of a demo deliverable on a laptop.
+	TrafficScale float64
+	// Clients the token endpoint accepts (default: DemoClient with every
+	// scope the simulator serves).
 	Clients []Client
 	// Faults injected from the start; see also SetFaults.
 	Faults Faults
 	// Numbers selects how numeric values are rendered in data rows.
 	Numbers NumberStyle
 	// RateLimits enforces the per-client rate limits of spec section 8
-	// (accounts: 2,000 GET and 600 other requests per 5 minutes, on the
-	// simulated clock); exceeding one answers 429 with Retry-After. The
-	// metrics and RTLD services have no documented limit and get none.
+	// (accounts and config: 2,000 GET and 600 other requests per 5 minutes
+	// each, on the simulated clock); exceeding one answers 429 with
+	// Retry-After. The metrics and RTLD services have no documented limit
+	// and get none.
 	RateLimits bool
 	// Logger, when set, logs every request at debug level (method, route,
 	// status, duration) and rejected data requests at info level.
@@ -261,6 +270,7 @@ type Server struct {
 	dsByName map[string]*datasetDesc
 	handler  http.Handler
 	rtld     *rtldState // RTLD profiles and delivery engine (rtld.go)
+	certs    *certState // TLS certificates (tlscerts.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -285,6 +295,9 @@ const (
 	DefaultLateData      = 10 * time.Minute
 	DefaultProperties    = 3
 	DefaultEnvironments  = 25
+	DefaultTrafficScale  = 1.0
+	// MaxTrafficScale bounds Config.TrafficScale.
+	MaxTrafficScale = 1000.0
 )
 
 // withDefaults returns c with every unset field set to its default (and a
@@ -304,8 +317,11 @@ func (c Config) withDefaults() Config {
 	if c.Environments == 0 {
 		c.Environments = DefaultEnvironments
 	}
+	if c.TrafficScale == 0 {
+		c.TrafficScale = DefaultTrafficScale
+	}
 	if len(c.Clients) == 0 {
-		c.Clients = []Client{{ID: DemoClientID, Secret: DemoClientSecret, Scopes: []string{ScopeMetrics, ScopeAccounts, ScopeRTLD}}}
+		c.Clients = []Client{DemoClient()}
 	}
 	c.Faults = c.Faults.withDefaults()
 	c.Delivery = c.Delivery.withDefaults()
@@ -321,6 +337,9 @@ func (c Config) validate() error {
 	}
 	if c.Properties < 0 || c.Environments < 0 {
 		errs = append(errs, fmt.Errorf("%d properties and %d environments: must be positive", c.Properties, c.Environments))
+	}
+	if !(c.TrafficScale > 0 && c.TrafficScale <= MaxTrafficScale) {
+		errs = append(errs, fmt.Errorf("TrafficScale %v: want more than 0 and at most %v", c.TrafficScale, MaxTrafficScale))
 	}
 	for _, cl := range c.Clients {
 		if cl.ID == "" || cl.Secret == "" {
@@ -356,6 +375,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.worldp.Store(buildWorld(cfg.Seed, cfg.Properties, cfg.Environments))
 	s.offset.Store(int64(cfg.ClockOffset))
+	s.certs = newCertState(s.now(), s.w())
 	for _, d := range s.datasets {
 		s.dsByName[d.Name] = d
 	}
@@ -396,6 +416,7 @@ func (s *Server) routes() http.Handler {
 	r.Post("/connect/token", s.handleToken)
 	s.routeAccounts(r)
 	s.routeMetrics(r)
+	s.routeConfig(r)
 	s.routeRTLD(r)
 	return r
 }

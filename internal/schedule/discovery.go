@@ -26,6 +26,17 @@ type EnvironmentFilter interface {
 	Keep(env platform.Environment, prop platform.Property) bool
 }
 
+// Catalog is told what each successful discovery learnt of the environments
+// served (the exporter's inventory names them with it).
+type Catalog interface {
+	// RecordDiscovery receives the environments served (sorted) and what
+	// the Accounts API said of those it listed or looked up, with the
+	// properties they belong to by ID. Environments given by ID without a
+	// Filter are not looked up, so they are served but not described. It
+	// must not block.
+	RecordDiscovery(served []string, described []platform.Environment, properties map[string]platform.Property)
+}
+
 // Discovery is the EnvironmentSource of the exporter: the static environment
 // IDs plus every environment of every property of the organizations, keeping
 // those the Filter keeps and of those only the Shard's. Each call lists the
@@ -40,6 +51,8 @@ type Discovery struct {
 	Shard         Shard
 	// Filter, when set, chooses the environments served.
 	Filter EnvironmentFilter
+	// Catalog, when set, is told the outcome of every successful call.
+	Catalog Catalog
 }
 
 // Environments returns the sorted, de-duplicated environment IDs this
@@ -49,9 +62,11 @@ type Discovery struct {
 func (d *Discovery) Environments(ctx context.Context) ([]string, error) {
 	var all []string
 	props := make(map[string]platform.Property)
+	described := make(map[string]platform.Environment)
 	keep := func(env platform.Environment) {
 		if d.Filter == nil || d.Filter.Keep(env, props[env.PropertyID]) {
 			all = append(all, env.ID)
+			described[env.ID] = env
 		}
 	}
 	for _, id := range d.Static {
@@ -108,5 +123,15 @@ func (d *Discovery) Environments(ctx context.Context) ([]string, error) {
 		}
 	}
 	slices.Sort(out)
-	return slices.Compact(out), nil
+	out = slices.Compact(out)
+	if d.Catalog != nil {
+		var envs []platform.Environment
+		for _, id := range out {
+			if env, ok := described[id]; ok {
+				envs = append(envs, env)
+			}
+		}
+		d.Catalog.RecordDiscovery(slices.Clone(out), envs, props)
+	}
+	return out, nil
 }

@@ -175,3 +175,54 @@ func TestDiscovery(t *testing.T) {
 		t.Errorf("sharded static with filter: %v, %v, %d lookups; want %d of each", got, err, acc.lookups, owned)
 	}
 }
+
+// catalogFunc is a Catalog from a function.
+type catalogFunc func(served []string, described []platform.Environment, props map[string]platform.Property)
+
+func (f catalogFunc) RecordDiscovery(served []string, described []platform.Environment, props map[string]platform.Property) {
+	f(served, described, props)
+}
+
+// TestDiscoveryCatalog: the catalog learns the environments served and
+// the descriptions discovery had: listed ones and filtered static ones
+// with their properties, not static ones without a filter, nothing of
+// environments another shard or the filter left out, and nothing of a
+// failed discovery.
+func TestDiscoveryCatalog(t *testing.T) {
+	acc := &fakeAccounts{
+		props: map[string][]string{"org1": {"p1", "p2"}},
+		envs:  map[string][]string{"p1": {"e1", "e2"}, "p2": {"e3"}},
+	}
+	var calls int
+	var served []string
+	var described map[string]string // environment → property slug
+	cat := catalogFunc(func(s []string, d []platform.Environment, props map[string]platform.Property) {
+		calls++
+		served, described = s, map[string]string{}
+		for _, e := range d {
+			described[e.ID] = e.Name + "@" + props[e.PropertyID].Slug
+		}
+	})
+	d := Discovery{Accounts: acc, Organizations: []string{"org1"}, Static: []string{"s1"}, Catalog: cat,
+		Filter: filterFunc(func(e platform.Environment, _ platform.Property) bool { return e.Name != "name-e2" })}
+	if _, err := d.Environments(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"e1": "name-e1@slug-p1", "e3": "name-e3@slug-p2", "s1": "name-s1@slug-p-static"}
+	if calls != 1 || !slices.Equal(served, []string{"e1", "e3", "s1"}) || fmt.Sprint(described) != fmt.Sprint(want) {
+		t.Fatalf("catalog: %d calls, served %v, described %v; want %v", calls, served, described, want)
+	}
+	// Without a filter a static environment is served, not described.
+	d.Filter = nil
+	if _, err := d.Environments(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := described["s1"]; ok || !slices.Contains(served, "s1") || described["e2"] != "name-e2@slug-p1" {
+		t.Fatalf("without a filter: served %v, described %v", served, described)
+	}
+	// A failed discovery tells the catalog nothing.
+	acc.fail = "p2"
+	if _, err := d.Environments(context.Background()); err == nil || calls != 2 {
+		t.Fatalf("failed discovery: err %v, %d calls to the catalog, want 2", err, calls)
+	}
+}

@@ -529,28 +529,51 @@ func (s *Scheduler) stopAll() {
 	s.mu.Unlock()
 }
 
-// runLoop polls ds now and then at every multiple of the poll interval
-// (plus jitter) until ctx is done. A poll that overruns simply makes the
-// loop skip the ticks it missed: the HighWaterMark covers the gap.
+// runLoop polls ds now and then once per cycle, at every multiple of the
+// poll interval (plus jitter), until ctx is done. A poll that overruns
+// simply makes the loop skip the cycles it missed: the HighWaterMark covers
+// the gap.
 func (s *Scheduler) runLoop(ctx context.Context, ds *metricsapi.Dataset) {
+	cycle := s.clock.Now().Truncate(s.cfg.PollInterval)
 	for {
-		s.pollOnce(ctx, ds)
+		s.pollOnce(ctx, ds, cycle)
 		if ctx.Err() != nil {
 			return
 		}
 		now := s.clock.Now()
-		next := now.Truncate(s.cfg.PollInterval).Add(s.cfg.PollInterval)
+		cycle = nextCycle(cycle, now, s.cfg.PollInterval)
+		due := cycle
 		if s.cfg.Jitter > 0 {
-			next = next.Add(rand.N(s.cfg.Jitter))
+			due = due.Add(rand.N(s.cfg.Jitter))
 		}
-		if s.clock.Sleep(ctx, next.Sub(now)) != nil {
+		if s.clock.Sleep(ctx, due.Sub(now)) != nil {
 			return
 		}
 	}
 }
 
-// pollOnce runs one poll of ds under the concurrency bound.
-func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset) {
+// nextCycle returns the start of the poll cycle after the one starting at
+// cycle, now being the time after its poll: cycle + interval, or the first
+// multiple of interval after now when the poll overran that (or the clock
+// went back by more than half an interval).
+//
+// It counts from the cycle, not from now, because now is the platform's
+// time as estimated from Date headers, which carry whole seconds: the
+// estimate moves by up to a second as answers come in. A loop woken at
+// 10:03:00 by one estimate reads 10:02:59.6 after its poll by the next;
+// counted from now, it would poll the 10:03 cycle a second time, a whole
+// poll of extra requests.
+func nextCycle(cycle, now time.Time, interval time.Duration) time.Time {
+	next := cycle.Add(interval)
+	if !now.Before(next) || next.Sub(now) > interval+interval/2 {
+		return now.Truncate(interval).Add(interval)
+	}
+	return next
+}
+
+// pollOnce runs the poll of ds of the cycle starting at cycle under the
+// concurrency bound.
+func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset, cycle time.Time) {
 	select {
 	case s.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -568,7 +591,7 @@ func (s *Scheduler) pollOnce(ctx context.Context, ds *metricsapi.Dataset) {
 		return
 	}
 	s.logProblems(r)
-	s.log.Debug("polled", "dataset", ds.Name, "from", r.From, "to", r.To, "envs", r.Environments,
+	s.log.Debug("polled", "dataset", ds.Name, "cycle", cycle, "from", r.From, "to", r.To, "envs", r.Environments,
 		"requests", r.Requests, "rows", r.Rows, "new", r.New, "revisions", r.Revisions,
 		"baseline", r.Baseline, "replayed", r.Replayed, "took", r.Duration)
 	s.mu.Lock()

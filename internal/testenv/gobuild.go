@@ -70,6 +70,13 @@ func GoBuild(t testing.TB, pkg string) string {
 		}
 		return bin
 	}
+	return buildOnce(t, pkg)
+}
+
+// buildOnce is GoBuild without EDGEPIPE_TEST_BIN_DIR: for test commands
+// that `make build` does not build (cmd/chdb-server).
+func buildOnce(t testing.TB, pkg string) string {
+	t.Helper()
 	gobin := Binary(t, "go")
 	b, err := buildOf(pkg)
 	if err != nil {

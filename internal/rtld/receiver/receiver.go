@@ -24,6 +24,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/rtld/deadletter"
 	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
 )
@@ -209,6 +210,7 @@ func New(cfg Config) (_ *Receiver, err error) {
 		}
 		r.sinks[SinkClickHouse] = c
 		r.closers = append(r.closers, c.Close)
+		r.reg.MustRegister(c)
 	}
 	readers := []string{rtld.GapReader}
 	for name := range r.sinks {
@@ -288,8 +290,9 @@ func (r *Receiver) Check(ctx context.Context) error {
 	}
 	err := c.Check(ctx)
 	var incompatible *logtable.IncompatibleColumnError
+	var unsupported *clickhouse.UnsupportedServerError
 	switch {
-	case errors.As(err, &incompatible):
+	case errors.As(err, &incompatible), errors.As(err, &unsupported):
 		return fmt.Errorf("ClickHouse sink: %w", err)
 	case err != nil:
 		r.log.Warn("ClickHouse is not reachable at start-up; delivery will connect when it is", "err", err)

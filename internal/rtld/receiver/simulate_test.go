@@ -24,7 +24,7 @@ func TestSimulateDemo(t *testing.T) {
 	kafka := testenv.Kafka(t)
 	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
 	p := startReceiver(t, []string{
-		"--simulate", "--simulate.records-per-second=200", "--simulate.environments=2",
+		"--simulate", "--simulate.traffic-scale=2", "--simulate.environments=2",
 		"--web.listen-address=" + addr, "--spool.dir=" + filepath.Join(t.TempDir(), "spool"),
 		"--kafka.brokers=" + kafka.Addr(), "--clickhouse.dsn=" + ch.DSN(db),
 	}, nil)

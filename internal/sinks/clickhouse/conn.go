@@ -1,6 +1,7 @@
 // Package clickhouse is what both programs' ClickHouse sinks share: a
-// connection over the native protocol that knows the server's version
-// (conn.go), the classification of server errors (errors.go), and the schema
+// connection over the native protocol or the HTTP interface that knows the
+// server's version (conn.go, http.go), the classification of server errors
+// (errors.go), the self-metric of the schema (metrics.go), and the schema
 // manager that creates and repairs tables on a single server or on every
 // node of a cluster (table.go, schema.go). The tables themselves live in one
 // package per program: metrictables (the exporter's table per metrics
@@ -25,20 +26,28 @@
 //
 //	db, err := clickhouse.Open(ctx, dsn, clickhouse.WithCluster("prod")) // or no cluster
 //	schema := clickhouse.NewSchema(db, log)
+//	schema.StartRecheck(clickhouse.RecheckInterval) // completes incomplete tables; schema.Close stops it
 //	state, err := schema.Ensure(ctx, &clickhouse.Table{Name: "t", Columns: …, Engine: "ReplacingMergeTree", …})
-//	// insert into "t"; on an error of ClassSchema call Ensure again, then retry
+//	// insert into "t" (clickhouse.WithDeduplicationToken(ctx, <the rows' identity>));
+//	// on an error of ClassSchema call Ensure again, then retry
 //
-// Open parses a DSN of the form `clickhouse://user:password@host:9000/db?dial_timeout=5s`
+// Open parses a DSN of the form `clickhouse://user:password@host:9000/db?dial_timeout=5s`,
+// `http://host:8123/db` or `https://host:8443/db?secure=true`
 // (clickhouse-go's ParseDSN: secure, skip_verify, compress, … work; the
-// password may also come from WithPassword, so it need not sit in a flag),
-// creates the database if it is missing and reads `SELECT version()`.
+// password may also come from WithPassword, so it need not sit in a flag;
+// WithTLS adds a CA file and a server name), creates the database if it is
+// missing and reads `SELECT version()`. An INSERT in a context from
+// WithDeduplicationToken carries its token.
 package clickhouse
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -131,6 +140,17 @@ func (v Version) HasReplicatedAlterLog() bool { return v.AtLeast(20, 3) }
 // HasDateTime64 reports whether the DateTime64 type exists (20.1 and later).
 func (v Version) HasDateTime64() bool { return v.AtLeast(20, 1) }
 
+// HasDeduplicationToken reports whether an INSERT can carry
+// insert_deduplication_token (22.2 and later; with async_insert, which
+// such servers have, turned off per INSERT, and the MergeTree setting
+// non_replicated_deduplication_window for tables that are not Replicated).
+func (v Version) HasDeduplicationToken() bool { return v.AtLeast(22, 2) }
+
+// HasTTLOnlyDropParts reports whether a table takes ttl_only_drop_parts
+// and ALTER … MODIFY TTL takes materialize_ttl_after_modify (both there
+// well before 21.8, the oldest release edgepipe relies on for them).
+func (v Version) HasTTLOnlyDropParts() bool { return v.AtLeast(21, 8) }
+
 // Option configures Open.
 type Option func(*openConfig)
 
@@ -141,6 +161,54 @@ type openConfig struct {
 	dialTimeout  time.Duration
 	cluster      string
 	insertQuorum int
+	tls          TLSOptions
+}
+
+// TLSOptions are the client's side of TLS to ClickHouse, for a DSN that
+// asks for TLS (https://…?secure=true, or clickhouse://…?secure=true).
+type TLSOptions struct {
+	// CAFile is a PEM file of the CA certificates the server's certificate
+	// must chain to (default: the system's).
+	CAFile string
+	// ServerName is the name the certificate must be valid for (default:
+	// the DSN's host).
+	ServerName string
+	// InsecureSkipVerify accepts any certificate: for tests only.
+	InsecureSkipVerify bool
+}
+
+// IsZero reports whether no option is set.
+func (o TLSOptions) IsZero() bool { return o == TLSOptions{} }
+
+// apply sets o on the DSN's TLS configuration; it fails when the DSN does
+// not use TLS or the CA file cannot be read.
+func (o TLSOptions) apply(opts *ch.Options) error {
+	if o.IsZero() {
+		return nil
+	}
+	if opts.TLS == nil {
+		return errors.New("TLS options need a DSN with TLS (https://HOST:8443/DB?secure=true, or clickhouse://HOST:9440/DB?secure=true)")
+	}
+	cfg := opts.TLS.Clone()
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return fmt.Errorf("ClickHouse TLS CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("ClickHouse TLS CA file %s: no PEM certificate in it", o.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if o.ServerName != "" {
+		cfg.ServerName = o.ServerName
+	}
+	if o.InsecureSkipVerify {
+		cfg.InsecureSkipVerify = true
+	}
+	opts.TLS = cfg
+	return nil
 }
 
 // WithLogger sets the logger for connection events (default: slog.Default()).
@@ -159,6 +227,10 @@ func WithPassword(p string) Option {
 // not queued on the entry node.
 func WithCluster(name string) Option { return func(c *openConfig) { c.cluster = name } }
 
+// WithTLS sets the TLS options of a DSN that uses TLS (Open fails when it
+// does not).
+func WithTLS(o TLSOptions) Option { return func(c *openConfig) { c.tls = o } }
+
 // WithInsertQuorum makes every INSERT wait until n replicas of its shard
 // have the rows (insert_quorum=n; Replicated tables only, so a cluster). 0
 // or 1 waits for one.
@@ -173,27 +245,34 @@ type DB struct {
 	revision uint64
 	addr     string
 	cluster  string
+	http     bool // the HTTP interface, not the native protocol
 	log      *slog.Logger
 	// options open connections to the cluster's other nodes (openNode).
 	options *ch.Options
 }
 
-// Open connects to the ClickHouse server named by dsn over the native
-// protocol, creates the DSN's database on that server if it does not exist
-// (default "default"; on a cluster Schema creates it on the other nodes) and
-// detects the server version. It fails when the server cannot be reached;
-// callers that must survive an outage retry Open.
+// Open connects to the ClickHouse server named by dsn, over the native
+// protocol (clickhouse://host:9000/db) or the HTTP interface
+// (http://host:8123/db, https://host:8443/db?secure=true), creates the
+// DSN's database on that server if it does not exist (default "default";
+// on a cluster Schema creates it on the other nodes) and detects the server
+// version. It fails when the server cannot be reached (callers that must
+// survive an outage retry Open), and with an *UnsupportedServerError when
+// the server answers but cannot serve this protocol (HTTP before 23.3).
 func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	cfg := openConfig{log: slog.Default(), dialTimeout: 5 * time.Second}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	chOpts, err := ch.ParseDSN(dsn)
+	chOpts, err := ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("parse ClickHouse DSN %s: %w", RedactDSN(dsn), err)
+		return nil, err
 	}
-	if chOpts.Protocol != ch.Native {
-		return nil, fmt.Errorf("ClickHouse DSN %s: edgepipe speaks the native protocol (clickhouse://host:9000/db), not %s", RedactDSN(dsn), chOpts.Protocol)
+	if err := CheckDSN(dsn, cfg.cluster, cfg.tls); err != nil {
+		return nil, err
+	}
+	if err := cfg.tls.apply(chOpts); err != nil {
+		return nil, fmt.Errorf("ClickHouse DSN %s: %w", RedactDSN(dsn), err)
 	}
 	if cfg.hasPassword {
 		chOpts.Auth.Password = cfg.password
@@ -234,6 +313,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 		err = bootConn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(database))
 		_ = bootConn.Close()
 		if err != nil {
+			if chOpts.Protocol == ch.HTTP {
+				err = httpUnsupported(ctx, &boot, addr, err)
+			}
 			return nil, fmt.Errorf("create ClickHouse database %s at %s: %w", database, addr, err)
 		}
 	}
@@ -241,6 +323,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	connOpts.Auth.Database = database
 	db, err := connect(ctx, &connOpts, addr, database, cfg.log)
 	if err != nil {
+		if chOpts.Protocol == ch.HTTP {
+			err = httpUnsupported(ctx, &connOpts, addr, err)
+		}
 		return nil, err
 	}
 	db.cluster = cfg.cluster
@@ -269,7 +354,19 @@ func connect(ctx context.Context, opts *ch.Options, addr, database string, log *
 	if sv, err := conn.ServerVersion(); err == nil {
 		revision = sv.Revision
 	}
-	return &DB{conn: conn, database: database, version: v, revision: revision, addr: addr, log: log}, nil
+	return &DB{conn: conn, database: database, version: v, revision: revision, addr: addr, http: opts.Protocol == ch.HTTP, log: log}, nil
+}
+
+// ParseDSN parses a DSN as Open does: clickhouse-go's ParseDSN, with the
+// password redacted from any error. tcp:// and clickhouse:// are the
+// native protocol, http:// and https:// (with secure=true) the HTTP
+// interface.
+func ParseDSN(dsn string) (*ch.Options, error) {
+	opts, err := ch.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse ClickHouse DSN %s: %w", RedactDSN(dsn), err)
+	}
+	return opts, nil
 }
 
 // openNode connects to a server of the DSN's cluster at addr (host:port of
@@ -299,7 +396,7 @@ func (db *DB) openNode(ctx context.Context, addr string) (*DB, error) {
 // zigzag varints while the driver writes plain ones, so n arrives as n/2:
 // send 2n to them.
 func (db *DB) int64Setting(n int) int {
-	if db.revision != 0 && db.revision <= 54429 {
+	if !db.http && db.revision != 0 && db.revision <= 54429 {
 		return 2 * n
 	}
 	return n
@@ -318,6 +415,14 @@ func (db *DB) Database() string { return db.database }
 
 // Version returns the server version found at Open.
 func (db *DB) Version() Version { return db.version }
+
+// Protocol returns "native" or "http".
+func (db *DB) Protocol() string {
+	if db.http {
+		return "http"
+	}
+	return "native"
+}
 
 // Addr returns the server address(es), for logs (never carries credentials).
 func (db *DB) Addr() string { return db.addr }
@@ -395,11 +500,46 @@ func (db *DB) prepare(ctx context.Context, table string, columns []string) (driv
 		quoted[i] = QuoteIdent(c)
 	}
 	q := "INSERT INTO " + db.Table(table) + " (" + strings.Join(quoted, ", ") + ")"
+	if settings := db.insertSettings(ctx); settings != nil {
+		ctx = ch.Context(ctx, ch.WithSettings(settings))
+	}
 	batch, err := db.conn.PrepareBatch(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("ClickHouse prepare insert into %s: %w", table, err)
 	}
 	return batch, nil
+}
+
+// dedupTokenKey is the context key of WithDeduplicationToken.
+type dedupTokenKey struct{}
+
+// WithDeduplicationToken returns ctx for one INSERT (Insert,
+// InsertColumns) that carries token, the identity of its rows: a server
+// that has insert_deduplication_token (HasDeduplicationToken) stores the
+// rows of a retried INSERT with the same token once, and so do the tables
+// of materialized views fed by it (deduplicate_blocks_in_dependent_materialized_views;
+// their tables need a deduplication window too). The same token must
+// always name the same rows, in the same order. Older servers store the
+// copy; FINAL collapses it.
+func WithDeduplicationToken(ctx context.Context, token string) context.Context {
+	return context.WithValue(ctx, dedupTokenKey{}, token)
+}
+
+// insertSettings returns the settings of an INSERT in ctx, nil for none.
+// On servers with deduplication tokens, async_insert is off for every
+// INSERT (ClickHouse 26 turns it on by default, and an asynchronous INSERT
+// ignores the token unless async_insert_deduplicate is on); edgepipe's
+// INSERTs are large already.
+func (db *DB) insertSettings(ctx context.Context) ch.Settings {
+	if !db.version.HasDeduplicationToken() {
+		return nil
+	}
+	settings := ch.Settings{"async_insert": 0}
+	if token, _ := ctx.Value(dedupTokenKey{}).(string); token != "" {
+		settings["insert_deduplication_token"] = token
+		settings["deduplicate_blocks_in_dependent_materialized_views"] = 1
+	}
+	return settings
 }
 
 // Close closes the connection pool.

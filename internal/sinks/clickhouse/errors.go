@@ -93,14 +93,42 @@ const (
 // exceptions, a SchemaError and clickhouse-go's own refusal to convert a Go
 // value to a column's type (the column's type changed since the writer read
 // it) count as ClassSchema.
+//
+// Over the HTTP interface a server exception is classified by its code
+// like over the native protocol; a response without one (from a proxy or
+// load balancer in front of ClickHouse) by its status: 401 and 403 are
+// ClassDenied, 408, 429 and 5xx ClassServerBusy, 413 (the INSERT is too
+// large for the proxy) ClassRejected, so that a writer splits it; others
+// ClassConnection.
 func ErrorClass(err error) string {
 	var se *SchemaError
 	var conv *column.ColumnConverterError
 	var unsupported *column.UnsupportedColumnTypeError
-	if code := ErrorCode(err); code != 0 || !(errors.As(err, &se) || errors.As(err, &conv) || errors.As(err, &unsupported)) {
+	if code := ErrorCode(err); code != 0 {
 		return ErrorClassOf(code)
 	}
-	return ClassSchema
+	if errors.As(err, &se) || errors.As(err, &conv) || errors.As(err, &unsupported) {
+		return ClassSchema
+	}
+	var httpErr *ch.HTTPError
+	if errors.As(err, &httpErr) {
+		return httpStatusClass(httpErr.StatusCode)
+	}
+	return ClassConnection
+}
+
+// httpStatusClass classifies an HTTP status that came without a server
+// exception.
+func httpStatusClass(status int) string {
+	switch {
+	case status == 401 || status == 403:
+		return ClassDenied
+	case status == 413:
+		return ClassRejected
+	case status == 408 || status == 429 || status >= 500:
+		return ClassServerBusy
+	}
+	return ClassConnection
 }
 
 // ErrorClassOf is ErrorClass for a server exception code (0: none).

@@ -32,6 +32,17 @@ func TestErrorClass(t *testing.T) {
 		{"wrong password", &ch.Exception{Code: 516}, 516, ClassDenied},
 		{"throwIf in a DEFAULT", &ch.Exception{Code: 395}, 395, ClassRejected},
 		{"syntax error", &ch.Exception{Code: 62}, 62, ClassRejected},
+		// Over HTTP: a server exception by its code, a bare status by the status.
+		{"HTTP: unknown table", fmt.Errorf("sendQuery: %w", &ch.HTTPError{StatusCode: 404, Err: &ch.Exception{Code: 60}}), 60, ClassSchema},
+		{"HTTP: memory limit", &ch.HTTPError{StatusCode: 500, Err: &ch.Exception{Code: 241}}, 241, ClassServerBusy},
+		{"HTTP: type mismatch", &ch.HTTPError{StatusCode: 400, Err: &ch.Exception{Code: 53}}, 53, ClassRejected},
+		{"HTTP: authentication failed", &ch.HTTPError{StatusCode: 403, Err: &ch.Exception{Code: 516}}, 516, ClassDenied},
+		{"HTTP: mid-stream exception", fmt.Errorf("batch: %w", &ch.Exception{Code: 252}), 252, ClassServerBusy},
+		{"HTTP: proxy 502", &ch.HTTPError{StatusCode: 502, Err: errors.New("bad gateway")}, 0, ClassServerBusy},
+		{"HTTP: proxy 429", &ch.HTTPError{StatusCode: 429, Err: errors.New("slow down")}, 0, ClassServerBusy},
+		{"HTTP: proxy refuses the user", &ch.HTTPError{StatusCode: 401, Err: errors.New("unauthorized")}, 0, ClassDenied},
+		{"HTTP: proxy body limit", &ch.HTTPError{StatusCode: 413, Err: errors.New("too large")}, 0, ClassRejected},
+		{"HTTP: wrong path", &ch.HTTPError{StatusCode: 404, Err: errors.New("not found")}, 0, ClassConnection},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ErrorCode(tc.err); got != tc.code {

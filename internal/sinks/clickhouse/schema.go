@@ -42,7 +42,13 @@ import (
 //     replica of the shard is active.
 //
 // A node out of reach leaves the table incomplete (TableState.Complete) but
-// writable: the next Ensure completes it once the node is back.
+// writable: the next Ensure completes it once the node is back. Writers
+// call Ensure when they write; StartRecheck also calls it every
+// RecheckInterval for each incomplete table whether or not anything is
+// written, so a node that comes back gets its tables within two intervals
+// even while no row arrives (a table is written only when its data
+// changes). Incomplete tells, per table, on how many nodes it is still
+// incomplete (the self-metric of NewSchemaCollector).
 //
 // A Schema is safe for concurrent use; Ensure and Expire run one at a time.
 type Schema struct {
@@ -57,10 +63,26 @@ type Schema struct {
 	nodes  map[string]*nodeConn
 	ttlSet map[string]bool
 	expiry map[string]time.Time
+	// status is what the last Ensure of each table (by name) found.
+	status map[string]*tableStatus
+	// stopRecheck and recheckDone belong to the StartRecheck goroutine.
+	stopRecheck context.CancelFunc
+	recheckDone chan struct{}
 }
 
-// RecheckInterval is how often writers call Ensure again while a table is
-// incomplete.
+// tableStatus is what the last Ensure of a table found.
+type tableStatus struct {
+	table *Table
+	// incomplete counts the nodes where the table is missing, lacks
+	// columns or could not be read (0: complete everywhere).
+	incomplete int
+	// waiting is the reason logged last, so that a recheck that finds the
+	// same logs nothing new.
+	waiting string
+}
+
+// RecheckInterval is how often an incomplete table is ensured again (by
+// StartRecheck, and by writers).
 const RecheckInterval = 15 * time.Second
 
 // expireInterval is how often Expire looks for expired partitions of a
@@ -87,15 +109,84 @@ func NewSchema(db *DB, log *slog.Logger) *Schema {
 		log = slog.Default()
 	}
 	return &Schema{db: db, log: log, ddlTimeout: 30 * time.Second,
-		nodes: map[string]*nodeConn{}, ttlSet: map[string]bool{}, expiry: map[string]time.Time{}}
+		nodes: map[string]*nodeConn{}, ttlSet: map[string]bool{}, expiry: map[string]time.Time{},
+		status: map[string]*tableStatus{}}
 }
 
 // DB returns the connection given to NewSchema.
 func (s *Schema) DB() *DB { return s.db }
 
-// Close closes the connections to the cluster's nodes (not the DB given to
-// NewSchema).
+// StartRecheck starts a goroutine that, every interval, ensures again each
+// table whose last Ensure left it incomplete (a node out of reach, a change
+// waiting), until Close stops it. It does nothing when already started.
+func (s *Schema) StartRecheck(interval time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopRecheck != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopRecheck, s.recheckDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.recheckDone)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				s.recheck(ctx, interval)
+			}
+		}
+	}()
+}
+
+// recheck ensures every incomplete table once, each within timeout.
+func (s *Schema) recheck(ctx context.Context, timeout time.Duration) {
+	s.mu.Lock()
+	var tables []*Table
+	for _, st := range s.status {
+		if st.incomplete > 0 {
+			tables = append(tables, st.table)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(tables, func(a, b *Table) int { return strings.Compare(a.Name, b.Name) })
+	for _, t := range tables {
+		tctx, cancel := context.WithTimeout(ctx, max(timeout, 30*time.Second))
+		_, err := s.Ensure(tctx, t)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("ClickHouse table still incomplete on the cluster; checking again", "table", s.db.Table(t.Name), "err", err)
+		}
+	}
+}
+
+// Incomplete returns, for every table Ensure has seen, the number of nodes
+// on which the last Ensure found it missing, lacking columns or out of
+// reach (0: complete on every node).
+func (s *Schema) Incomplete() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.status))
+	for name, st := range s.status {
+		out[name] = st.incomplete
+	}
+	return out
+}
+
+// Close stops the StartRecheck goroutine (waiting for it) and closes the
+// connections to the cluster's nodes (not the DB given to NewSchema).
 func (s *Schema) Close() error {
+	s.mu.Lock()
+	stop, done := s.stopRecheck, s.recheckDone
+	s.stopRecheck = nil
+	s.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
@@ -120,6 +211,10 @@ type TableState struct {
 	// SortingKey is the sorting key of the table that stores the rows (the
 	// local table of the first reachable node), as system.tables shows it.
 	SortingKey string
+	// IncompleteNodes counts the nodes where the table (local or
+	// Distributed) is missing, lacks columns or could not be read; 0 when
+	// Complete.
+	IncompleteNodes int
 }
 
 // node is one server of the cluster (or the single server).
@@ -167,33 +262,57 @@ func (ti *tableInfo) lacks(cols []Column) []Column {
 func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 	s.run.Lock()
 	defer s.run.Unlock()
-	cluster := s.db.cluster
-	if cluster != "" && t.ShardingKey == "" {
+	if s.db.cluster != "" && t.ShardingKey == "" {
 		return nil, fmt.Errorf("ClickHouse table %s: no sharding key for the Distributed table", t.Name)
 	}
-	nodes, err := s.topology(ctx)
+	states, waiting, err := s.complete(ctx, t)
 	if err != nil {
 		return nil, err
+	}
+	st, waiting := s.stateOf(t, states, waiting)
+	waitingText := strings.Join(dedupe(waiting), "; ")
+	logWaiting := s.record(t, st.IncompleteNodes, waitingText)
+	if err := s.entryColumns(ctx, t, st, waitingText); err != nil {
+		var se *SchemaError
+		if errors.As(err, &se) {
+			return st, err
+		}
+		return nil, err
+	}
+	if !st.Complete && logWaiting {
+		s.log.Warn("ClickHouse table incomplete on the cluster; writing, and completing it when possible",
+			"table", s.db.Table(t.Name), "cluster", s.db.cluster, "incomplete_nodes", st.IncompleteNodes, "waiting", waitingText)
+	}
+	return st, nil
+}
+
+// complete surveys every node and creates and alters what t lacks there;
+// it returns the nodes as they are afterwards and what must wait.
+func (s *Schema) complete(ctx context.Context, t *Table) ([]*nodeState, []string, error) {
+	cluster := s.db.cluster
+	nodes, err := s.topology(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	states := s.survey(ctx, nodes, t)
 	for _, n := range states {
 		if n.dist != nil && n.dist.engine != "Distributed" {
 			// Writing there would bypass the cluster: the operator renames
 			// it (README: migration) and Ensure creates the Distributed table.
-			return nil, fmt.Errorf("ClickHouse table %s on %s is a %s table, not the Distributed table of cluster %s: rename it (its rows can be copied into the new tables with INSERT … SELECT)",
+			return nil, nil, fmt.Errorf("ClickHouse table %s on %s is a %s table, not the Distributed table of cluster %s: rename it (its rows can be copied into the new tables with INSERT … SELECT)",
 				s.db.Table(t.Name), n.addr, n.dist.engine, cluster)
 		}
 	}
 	preexisting := anyLocal(states)
 	if cluster != "" && allReachable(states) && !preexisting {
 		if err := s.createOnCluster(ctx, t); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		states = s.survey(ctx, nodes, t)
 	}
 	changed, waiting, err := s.createMissing(ctx, t, states)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	steps := []func([]*nodeState) (bool, []string){
 		func(states []*nodeState) (bool, []string) { return s.addLocalColumns(ctx, t, states) },
@@ -210,36 +329,55 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 		waiting = append(waiting, w...)
 	}
 	if preexisting {
-		s.setTTL(ctx, t, states)
+		s.setOptions(ctx, t, states)
 	}
 	if changed {
 		states = s.survey(ctx, nodes, t)
 	}
+	return states, waiting, nil
+}
 
+// stateOf sums up the nodes' states: the nodes where t is incomplete, the
+// sorting key, and waiting with the nodes out of reach added.
+func (s *Schema) stateOf(t *Table, states []*nodeState, waiting []string) (*TableState, []string) {
 	st := &TableState{Complete: len(waiting) == 0}
 	for _, n := range states {
 		if st.SortingKey == "" && n.local != nil {
 			st.SortingKey = n.local.sortingKey
 		}
 		if n.db == nil {
-			st.Complete = false
+			st.IncompleteNodes++
 			waiting = append(waiting, fmt.Sprintf("node %s (shard %d) is out of reach: %v", n.addr, n.shard, n.err))
 			continue
 		}
-		if n.local == nil || len(n.local.lacks(t.Columns)) > 0 || (cluster != "" && (n.dist == nil || len(n.dist.lacks(t.Columns)) > 0)) {
-			st.Complete = false
+		if n.local == nil || len(n.local.lacks(t.Columns)) > 0 || (s.db.cluster != "" && (n.dist == nil || len(n.dist.lacks(t.Columns)) > 0)) {
+			st.IncompleteNodes++
 		}
 	}
+	if st.IncompleteNodes > 0 {
+		st.Complete = false
+	} else if !st.Complete {
+		// Every node has the table, but a change waits (e.g. for a
+		// replica to apply an ALTER): count the shard's nodes as one.
+		st.IncompleteNodes = 1
+	}
+	return st, waiting
+}
+
+// entryColumns reads the columns of the table writers insert into (on the
+// DSN's server) into st, and returns a *SchemaError when it lacks some of
+// t's.
+func (s *Schema) entryColumns(ctx context.Context, t *Table, st *TableState, waiting string) error {
 	entry, err := s.conn(ctx, node{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cols, err := tableColumns(ctx, entry, t.Name)
 	if err != nil {
 		if ErrorCode(err) == 0 {
 			s.dropConn(node{}, entry, err)
 		}
-		return nil, err
+		return err
 	}
 	st.Columns = cols
 	var missing []string
@@ -248,21 +386,34 @@ func (s *Schema) Ensure(ctx context.Context, t *Table) (*TableState, error) {
 			missing = append(missing, c.Name)
 		}
 	}
-	if len(cols) == 0 || len(missing) > 0 {
-		reason := "table missing"
-		if len(cols) > 0 {
-			reason = "columns " + strings.Join(missing, ", ") + " missing"
-		}
-		if len(waiting) > 0 {
-			reason += " (" + strings.Join(dedupe(waiting), "; ") + ")"
-		}
-		return st, &SchemaError{Table: s.db.Table(t.Name), Reason: reason}
+	if len(cols) > 0 && len(missing) == 0 {
+		return nil
 	}
-	if !st.Complete {
-		s.log.Warn("ClickHouse table incomplete on the cluster; writing, and completing it when possible",
-			"table", s.db.Table(t.Name), "cluster", cluster, "waiting", strings.Join(dedupe(waiting), "; "))
+	reason := "table missing"
+	if len(cols) > 0 {
+		reason = "columns " + strings.Join(missing, ", ") + " missing"
 	}
-	return st, nil
+	if waiting != "" {
+		reason += " (" + waiting + ")"
+	}
+	return &SchemaError{Table: s.db.Table(t.Name), Reason: reason}
+}
+
+// record keeps what Ensure found for t and reports whether waiting is news
+// to log (it differs from the last reason logged). A table that becomes
+// complete is logged here.
+func (s *Schema) record(t *Table, incomplete int, waiting string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.status[t.Name]
+	s.status[t.Name] = &tableStatus{table: t, incomplete: incomplete, waiting: waiting}
+	if incomplete == 0 {
+		if prev != nil && prev.incomplete > 0 {
+			s.log.Info("ClickHouse table complete on every node of the cluster again", "table", s.db.Table(t.Name), "cluster", s.db.cluster)
+		}
+		return false
+	}
+	return prev == nil || prev.waiting != waiting
 }
 
 // topology lists the servers Ensure keeps in shape: the cluster's nodes,
@@ -666,16 +817,19 @@ func (s *Schema) addDistributedColumns(ctx context.Context, t *Table, states []*
 	return changed, waiting
 }
 
-// setTTL sets the TTL of a table that existed before this process, once
-// per process and table (the retention may have changed); a failure is
-// logged, not returned.
-func (s *Schema) setTTL(ctx context.Context, t *Table, states []*nodeState) {
-	ttl := t.ttl(s.db.version)
+// setOptions brings the TTL and the table settings of a table that existed
+// before this process to what t asks for, once per process and table, on
+// one replica of each shard (the ALTER reaches the others); a failure is
+// logged, not returned. The TTL is changed only when the retention
+// changed, with materialize_ttl_after_modify = 0 where the server has it,
+// so no part is rewritten: parts written before keep the old retention
+// until a merge rewrites them anyway (README: retention).
+func (s *Schema) setOptions(ctx context.Context, t *Table, states []*nodeState) {
 	local := s.db.Table(t.LocalName(s.db.cluster))
 	s.mu.Lock()
 	done := s.ttlSet[local]
 	s.mu.Unlock()
-	if ttl == "" || done {
+	if done {
 		return
 	}
 	ok := true
@@ -684,10 +838,7 @@ func (s *Schema) setTTL(ctx context.Context, t *Table, states []*nodeState) {
 			if n.shard != shard || n.db == nil || n.local == nil {
 				continue
 			}
-			if err := n.db.Exec(ctx, "ALTER TABLE "+local+" MODIFY TTL "+ttl); err != nil {
-				s.log.Warn("could not set the ClickHouse table's TTL", "table", local, "node", n.addr, "err", err)
-				ok = false
-			}
+			ok = s.setOptionsOn(ctx, t, n) && ok
 			break
 		}
 	}
@@ -696,6 +847,47 @@ func (s *Schema) setTTL(ctx context.Context, t *Table, states []*nodeState) {
 		s.ttlSet[local] = true
 		s.mu.Unlock()
 	}
+}
+
+// setOptionsOn alters the local table on node n; it reports success.
+func (s *Schema) setOptionsOn(ctx context.Context, t *Table, n *nodeState) bool {
+	local := s.db.Table(t.LocalName(s.db.cluster))
+	ok := true
+	for _, st := range t.settings(s.db.cluster, s.db.version) {
+		if strings.Contains(n.local.create, st.name+" = "+st.value) {
+			continue
+		}
+		if err := n.db.Exec(ctx, "ALTER TABLE "+local+" MODIFY SETTING "+st.name+" = "+st.value); err != nil {
+			s.log.Warn("could not set a ClickHouse table setting", "table", local, "node", n.addr, "setting", st.name, "err", err)
+			ok = false
+			continue
+		}
+		s.log.Info("set a ClickHouse table setting", "table", local, "node", n.addr, "setting", st.name+" = "+st.value)
+	}
+	ttl := t.ttl(s.db.version)
+	if ttl == "" || hasTTL(n.local.create, t.Retention) {
+		return ok
+	}
+	ttlCtx := ctx
+	if s.db.version.HasTTLOnlyDropParts() {
+		ttlCtx = ch.Context(ctx, ch.WithSettings(ch.Settings{"materialize_ttl_after_modify": 0}))
+	}
+	if err := n.db.Exec(ttlCtx, "ALTER TABLE "+local+" MODIFY TTL "+ttl); err != nil {
+		s.log.Warn("could not set the ClickHouse table's TTL", "table", local, "node", n.addr, "err", err)
+		return false
+	}
+	s.log.Info("changed the ClickHouse table's TTL; parts written before keep their old expiry until merged (ALTER TABLE … MATERIALIZE TTL applies it to them, rewriting them)",
+		"table", local, "node", n.addr, "ttl", ttl)
+	return ok
+}
+
+// hasTTL reports whether a CREATE statement (system.tables) already has
+// the TTL of retention: the server writes "INTERVAL n SECOND" as
+// toIntervalSecond(n).
+func hasTTL(create string, retention time.Duration) bool {
+	n := strconv.FormatInt(int64(retention/time.Second), 10)
+	return strings.Contains(create, " TTL ") &&
+		(strings.Contains(create, "toIntervalSecond("+n+")") || strings.Contains(create, "INTERVAL "+n+" SECOND"))
 }
 
 // Expire enforces t.Retention on servers without TTL: it drops, on each

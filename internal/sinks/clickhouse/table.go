@@ -2,6 +2,7 @@ package clickhouse
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -38,7 +39,35 @@ type Table struct {
 	// RetentionTime is the DateTime expression Retention is measured on,
 	// e.g. "`time`".
 	RetentionTime string
+	// TTLOnlyDropParts, for a table whose partitions match its retention
+	// (a day of access_logs under a retention of whole days), sets
+	// ttl_only_drop_parts = 1 on servers that have it: expired data goes
+	// by whole parts, never by rewriting a part without its expired rows.
+	TTLOnlyDropParts bool
 }
+
+// setting is a MergeTree table setting.
+type setting struct{ name, value string }
+
+// settings returns the table settings t gets on servers of version v:
+// a deduplication window for tables that are not Replicated (so that a
+// retried INSERT with the same insert_deduplication_token is dropped; a
+// Replicated table has one by default), and ttl_only_drop_parts.
+func (t *Table) settings(cluster string, v Version) []setting {
+	var out []setting
+	if cluster == "" && v.HasDeduplicationToken() {
+		out = append(out, setting{"non_replicated_deduplication_window", strconv.Itoa(DeduplicationWindow)})
+	}
+	if t.TTLOnlyDropParts && t.ttl(v) != "" && v.HasTTLOnlyDropParts() {
+		out = append(out, setting{"ttl_only_drop_parts", "1"})
+	}
+	return out
+}
+
+// DeduplicationWindow is how many recent INSERTs a table that is not
+// Replicated remembers to drop a retry of (non_replicated_deduplication_window;
+// Replicated tables remember 1000 by default from 23.x on).
+const DeduplicationWindow = 1000
 
 // Column is one column of a Table.
 type Column struct {
@@ -110,6 +139,13 @@ func createLocal(database, cluster string, v Version, t *Table, cols []Column, o
 	fmt.Fprintf(&b, "ORDER BY (%s)", strings.Join(t.OrderBy, ", "))
 	if ttl := t.ttl(v); ttl != "" {
 		b.WriteString("\nTTL " + ttl)
+	}
+	if settings := t.settings(cluster, v); len(settings) > 0 {
+		parts := make([]string, len(settings))
+		for i, s := range settings {
+			parts[i] = s.name + " = " + s.value
+		}
+		b.WriteString("\nSETTINGS " + strings.Join(parts, ", "))
 	}
 	return b.String()
 }

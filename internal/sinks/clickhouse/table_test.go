@@ -8,15 +8,16 @@ import (
 
 func TestCreateStatements(t *testing.T) {
 	tbl := &Table{
-		Name:          "access_logs",
-		Columns:       []Column{{Name: "environment_id", Type: "String"}, {Name: "timestamp", Type: "DateTime"}, {Name: "insert_version", Type: "UInt64"}},
-		Engine:        "ReplacingMergeTree",
-		EngineArgs:    []string{"insert_version"},
-		PartitionBy:   "toDate(timestamp)",
-		OrderBy:       []string{"environment_id", "toStartOfHour(timestamp)"},
-		ShardingKey:   "cityHash64(environment_id)",
-		Retention:     30 * 24 * time.Hour,
-		RetentionTime: "toDateTime(timestamp)",
+		Name:             "access_logs",
+		Columns:          []Column{{Name: "environment_id", Type: "String"}, {Name: "timestamp", Type: "DateTime"}, {Name: "insert_version", Type: "UInt64"}},
+		Engine:           "ReplacingMergeTree",
+		EngineArgs:       []string{"insert_version"},
+		PartitionBy:      "toDate(timestamp)",
+		OrderBy:          []string{"environment_id", "toStartOfHour(timestamp)"},
+		ShardingKey:      "cityHash64(environment_id)",
+		Retention:        30 * 24 * time.Hour,
+		RetentionTime:    "toDateTime(timestamp)",
+		TTLOnlyDropParts: true,
 	}
 	for _, tc := range []struct {
 		name, version, cluster string
@@ -33,11 +34,18 @@ func TestCreateStatements(t *testing.T) {
 				"ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/logs/access_logs_local', '{replica}', insert_version)\nPARTITION BY toDate(timestamp)\nORDER BY (environment_id, toStartOfHour(timestamp))",
 			"CREATE TABLE IF NOT EXISTS `logs`.`access_logs` ON CLUSTER `c1` AS `logs`.`access_logs_local`\nENGINE = Distributed('c1', 'logs', 'access_logs_local', cityHash64(environment_id))",
 		}},
-		{name: "24.8 single server: TTL", version: "24.8.4.13", want: []string{
+		{name: "24.8 single server: TTL, deduplication window, parts dropped whole", version: "24.8.4.13", want: []string{
 			"CREATE DATABASE IF NOT EXISTS `logs`",
 			"CREATE TABLE IF NOT EXISTS `logs`.`access_logs`\n(\n    `environment_id` String,\n    `timestamp` DateTime,\n    `insert_version` UInt64\n)\n" +
 				"ENGINE = ReplacingMergeTree(insert_version)\nPARTITION BY toDate(timestamp)\nORDER BY (environment_id, toStartOfHour(timestamp))\n" +
-				"TTL toDateTime(timestamp) + INTERVAL 2592000 SECOND",
+				"TTL toDateTime(timestamp) + INTERVAL 2592000 SECOND\nSETTINGS non_replicated_deduplication_window = 1000, ttl_only_drop_parts = 1",
+		}},
+		{name: "26.7 cluster: Replicated tables deduplicate by default", version: "26.7.2.1", cluster: "c1", want: []string{
+			"CREATE DATABASE IF NOT EXISTS `logs` ON CLUSTER `c1`",
+			"CREATE TABLE IF NOT EXISTS `logs`.`access_logs_local` ON CLUSTER `c1`\n(\n    `environment_id` String,\n    `timestamp` DateTime,\n    `insert_version` UInt64\n)\n" +
+				"ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/logs/access_logs_local', '{replica}', insert_version)\nPARTITION BY toDate(timestamp)\nORDER BY (environment_id, toStartOfHour(timestamp))\n" +
+				"TTL toDateTime(timestamp) + INTERVAL 2592000 SECOND\nSETTINGS ttl_only_drop_parts = 1",
+			"CREATE TABLE IF NOT EXISTS `logs`.`access_logs` ON CLUSTER `c1` AS `logs`.`access_logs_local`\nENGINE = Distributed('c1', 'logs', 'access_logs_local', cityHash64(environment_id))",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

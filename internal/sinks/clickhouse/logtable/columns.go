@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/accesslog"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 )
 
 // columnType is a ClickHouse column type as the sink understands it: a base
@@ -79,20 +80,66 @@ func (t columnType) holds(ft accesslog.FieldType) bool {
 	return t.base == "String"
 }
 
-// defaultType is the type the sink creates a field's column with.
-func defaultType(ft accesslog.FieldType, dateTime64 bool) string {
-	switch ft {
+// defaultType is the type the sink creates a field's column with on
+// servers of version v: on modern servers (Modern) LowCardinality(String)
+// for the string fields with few distinct values.
+func defaultType(f accesslog.Field, v clickhouse.Version) string {
+	switch f.Type {
 	case accesslog.TypeInteger:
 		return "Int64"
 	case accesslog.TypeFloat:
 		return "Float64"
 	case accesslog.TypeTimestamp:
-		if dateTime64 {
+		if v.HasDateTime64() {
 			return "DateTime64(6)"
 		}
 		return "DateTime"
 	}
+	if Modern(v) && lowCardinalityFields[f.Code] {
+		return "LowCardinality(String)"
+	}
 	return "String"
+}
+
+// Modern reports whether access_logs gets the modern layout on servers of
+// version v (20.1 on): LowCardinality for the fields with few values and
+// codecs for timestamps, counters and long text. Older servers (18.16) get
+// plain types, as before.
+func Modern(v clickhouse.Version) bool { return v.HasLowCardinality() && v.HasCodecs() }
+
+// lowCardinalityFields are the string fields with few distinct values (up
+// to some thousands per table: methods, protocols, POPs, countries,
+// cities, content types, TLS versions, WAF and bot verdicts…), stored as
+// dictionaries: smaller, and faster to group by.
+var lowCardinalityFields = map[string]bool{
+	"account_number": true, "method": true, "scheme": true, "proto": true, "host": true, "file_ext": true,
+	"accept_encoding": true, "client_ip_version": true, "client_country_code": true, "client_country": true,
+	"client_region": true, "client_city": true, "client_as_org": true, "client_tls_version": true,
+	"client_tls_cipher": true, "client_tls_sni": true, "content_type": true, "content_encoding": true,
+	"cache_control": true, "cache_status": true, "cacheable": true, "prefetch": true, "pop": true,
+	"edge_region": true, "server_ip": true, "origin_name": true, "origin_ip": true, "image_optimized": true,
+	"waf_action": true, "waf_rule_id": true, "rate_limit_action": true, "bot_action": true, "is_bot": true,
+}
+
+// fieldCodec returns the codec a field's new column gets on modern servers
+// (" CODEC(…)", or "" for the server's default, LZ4): Delta for
+// timestamps, T64 for integers (counters, sizes, ports, codes), and ZSTD
+// behind both and for floats and long text (paths, queries, user agents,
+// referers); none for LowCardinality columns, whose dictionary already
+// packs them.
+func fieldCodec(f accesslog.Field, typ columnType, v clickhouse.Version) string {
+	if !Modern(v) || strings.HasPrefix(typ.raw, "LowCardinality(") {
+		return ""
+	}
+	switch {
+	case typ.isTime():
+		return " CODEC(Delta, ZSTD(1))"
+	case typ.isInteger():
+		return " CODEC(T64, ZSTD(1))"
+	case typ.isFloat(), typ.base == "String" && f.Type == accesslog.TypeString:
+		return " CODEC(ZSTD(1))"
+	}
+	return ""
 }
 
 // IncompatibleColumnError reports a column of access_logs whose type

@@ -21,6 +21,9 @@ package logtable
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +31,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
@@ -53,18 +58,23 @@ const Table = "access_logs"
 // redelivered record has the same timestamp), so every redelivery collapses
 // and `SELECT count() FROM access_logs FINAL` counts each delivered record
 // once.
-var fixedColumns = []struct{ name, typ string }{
-	{"environment_id", "String"},
-	{"agent_id", "String"},
-	{"datestamp", "String"},
-	{"seq_num", "Int64"},
-	{"record_key", "String"},
-	{"record_index", "UInt32"},
-	{"profile_id", "String"},
-	{"format", "String"},
-	{"received_at", "DateTime"},
-	{"extra", "String"},
-	{"insert_version", "UInt64"},
+//
+// modern is the column's type and codec on modern servers (Modern): the
+// identity's strings with few values as LowCardinality, codecs for the
+// time, version and extra (long JSON text); the sorting key's other
+// columns keep the default compression.
+var fixedColumns = []struct{ name, typ, modern string }{
+	{"environment_id", "String", "LowCardinality(String)"},
+	{"agent_id", "String", "LowCardinality(String)"},
+	{"datestamp", "String", "LowCardinality(String)"},
+	{"seq_num", "Int64", "Int64"},
+	{"record_key", "String", "String"},
+	{"record_index", "UInt32", "UInt32"},
+	{"profile_id", "String", "LowCardinality(String)"},
+	{"format", "String", "LowCardinality(String)"},
+	{"received_at", "DateTime", "DateTime CODEC(Delta, ZSTD(1))"},
+	{"extra", "String", "String CODEC(ZSTD(1))"},
+	{"insert_version", "UInt64", "UInt64 CODEC(Delta, ZSTD(1))"},
 }
 
 // Config configures the access-log sink.
@@ -98,8 +108,9 @@ type Config struct {
 // that is down at start-up only delays delivery. It is safe for concurrent
 // use.
 type Sink struct {
-	cfg Config
-	log *slog.Logger
+	cfg       Config
+	log       *slog.Logger
+	collector prometheus.Collector
 
 	mu       sync.Mutex
 	db       *clickhouse.DB
@@ -111,6 +122,9 @@ type Sink struct {
 	complete bool
 	checked  time.Time
 	warned   bool // the old-layout warning was logged
+	// resumed is set once a delivery succeeded: the first ones drop the
+	// batches a previous run stored without committing them.
+	resumed bool
 }
 
 // accessColumn is one typed field column.
@@ -171,7 +185,9 @@ func New(cfg Config) (*Sink, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("clickhouse access-log sink: invalid configuration: %w", err)
 	}
-	return &Sink{cfg: cfg, log: cfg.Logger}, nil
+	a := &Sink{cfg: cfg, log: cfg.Logger}
+	a.collector = clickhouse.NewSchemaCollector(a.currentSchema)
+	return a, nil
 }
 
 func isFixed(code string) bool {
@@ -209,6 +225,7 @@ func (a *Sink) connect(ctx context.Context) (*clickhouse.DB, []accessColumn, []s
 				"version", db.Version().String(), "retention", a.cfg.Retention.String())
 		}
 		a.db, a.schema, a.columns = db, clickhouse.NewSchema(db, a.log), nil
+		a.schema.StartRecheck(clickhouse.RecheckInterval)
 	}
 	if a.columns == nil || (!a.complete && time.Since(a.checked) >= clickhouse.RecheckInterval) {
 		cols, spec, complete, err := a.ensureTable(ctx, a.db)
@@ -299,10 +316,14 @@ func TableSpec(v clickhouse.Version, fields []accesslog.Field, existing map[stri
 		ShardingKey: "cityHash64(" + strings.Join(identity, ", ") + ")",
 	}
 	for _, c := range fixedColumns {
-		t.Columns = append(t.Columns, clickhouse.Column{Name: c.name, Type: c.typ})
+		typ := c.typ
+		if Modern(v) {
+			typ = c.modern
+		}
+		t.Columns = append(t.Columns, clickhouse.Column{Name: c.name, Type: typ})
 	}
 	for _, c := range cols {
-		t.Columns = append(t.Columns, clickhouse.Column{Name: c.name, Type: c.typ.raw})
+		t.Columns = append(t.Columns, clickhouse.Column{Name: c.name, Type: c.typ.raw + fieldCodec(c.field, c.typ, v)})
 		if c.fraction != "" {
 			t.Columns = append(t.Columns, clickhouse.Column{Name: c.fraction, Type: "UInt32"})
 		}
@@ -311,6 +332,9 @@ func TableSpec(v clickhouse.Version, fields []accesslog.Field, existing map[stri
 		t.PartitionBy = "toDate(`timestamp`)"
 		t.OrderBy = append([]string{"environment_id", "toStartOfHour(`timestamp`)"}, identity[1:]...)
 		t.Retention, t.RetentionTime = retention, "toDateTime(`timestamp`)"
+		// Daily partitions and a retention in seconds: parts of a day
+		// expire whole at most a day late, never rewritten row by row.
+		t.TTLOnlyDropParts = true
 	}
 	return t, nil
 }
@@ -337,7 +361,7 @@ func accessColumns(v clickhouse.Version, fields []accesslog.Field, existing map[
 			continue
 		}
 		seen[f.Code] = true
-		want := defaultType(f.Type, v.HasDateTime64())
+		want := defaultType(f, v)
 		raw, ok := existing[f.Code]
 		if !ok {
 			raw = want
@@ -464,6 +488,9 @@ type preparedInsert struct {
 	gen     int
 	data    []*columnData
 	done    []bool // groups acknowledged in generation gen
+	// stored marks the batches a previous run already stored (dropStored;
+	// nil until checked).
+	stored map[*accesslog.Batch]bool
 }
 
 // build converts every group (in parallel when there are several and
@@ -473,20 +500,87 @@ func (p *preparedInsert) build(cols []accessColumn, gen int, parallel bool) {
 	p.data = make([]*columnData, len(p.groups))
 	clear(p.done) // a new table (re-created) needs every row again
 	if !parallel || len(p.groups) == 1 {
-		for i, g := range p.groups {
-			p.data[i] = buildColumns(g, cols, p.version)
+		for i := range p.groups {
+			p.data[i] = buildColumns(p.insertable(i), cols, p.version)
 		}
 		return
 	}
 	var wg sync.WaitGroup
-	for i, g := range p.groups {
+	for i := range p.groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.data[i] = buildColumns(g, cols, p.version)
+			p.data[i] = buildColumns(p.insertable(i), cols, p.version)
 		}()
 	}
 	wg.Wait()
+}
+
+// insertable returns the batches of group i to insert: all but those a
+// previous run already stored (dropStored).
+func (p *preparedInsert) insertable(i int) []*accesslog.Batch {
+	if len(p.stored) == 0 {
+		return p.groups[i]
+	}
+	var out []*accesslog.Batch
+	for _, b := range p.groups[i] {
+		if !p.stored[b] {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// dropStored marks the batches with identity that the table already holds
+// in full, so that they are not inserted again. The first delivery after
+// the receiver starts runs it: the spool delivers again what the previous
+// run inserted but had not committed when it stopped, and when more
+// batches arrived meanwhile it groups them differently, so their INSERT
+// carries another deduplication token than the stored one.
+func (p *preparedInsert) dropStored(ctx context.Context, db *clickhouse.DB) error {
+	var keys []string
+	want := map[string]*accesslog.Batch{}
+	for _, b := range p.batches {
+		if !b.HasIdentity() {
+			continue
+		}
+		k := fmt.Sprintf("(%s, %s, %s, %s, %d)", clickhouse.QuoteString(b.EnvironmentID), clickhouse.QuoteString(b.ProfileID),
+			clickhouse.QuoteString(b.AgentID), clickhouse.QuoteString(b.Datestamp), b.SeqNum)
+		keys = append(keys, k)
+		want[k] = b
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err := db.Conn().Query(ctx, "SELECT environment_id, profile_id, agent_id, datestamp, seq_num, uniqExact(record_index) FROM "+
+		db.Table(Table)+" WHERE (environment_id, profile_id, agent_id, datestamp, seq_num) IN ("+strings.Join(keys, ", ")+
+		") GROUP BY environment_id, profile_id, agent_id, datestamp, seq_num")
+	if err != nil {
+		return fmt.Errorf("clickhouse: find the batches already stored: %w", err)
+	}
+	defer rows.Close()
+	stored := map[*accesslog.Batch]bool{}
+	for rows.Next() {
+		var env, profile, agent, datestamp string
+		var seq int64
+		var n uint64
+		if err := rows.Scan(&env, &profile, &agent, &datestamp, &seq, &n); err != nil {
+			return fmt.Errorf("clickhouse: find the batches already stored: %w", err)
+		}
+		k := fmt.Sprintf("(%s, %s, %s, %s, %d)", clickhouse.QuoteString(env), clickhouse.QuoteString(profile),
+			clickhouse.QuoteString(agent), clickhouse.QuoteString(datestamp), seq)
+		if b := want[k]; b != nil && n >= uint64(len(b.Records)) {
+			stored[b] = true
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("clickhouse: find the batches already stored: %w", err)
+	}
+	if len(stored) > 0 {
+		p.a.log.Info("clickhouse: batches stored before the restart are not inserted again", "batches", len(stored))
+	}
+	p.stored = stored
+	return nil
 }
 
 // Deliver runs the INSERTs not yet acknowledged (connecting first when
@@ -498,6 +592,13 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 	db, cols, names, gen, err := p.a.connect(ctx)
 	if err != nil {
 		return err
+	}
+	first := !p.a.resumedDelivery()
+	if first && p.stored == nil {
+		if err := p.dropStored(ctx, db); err != nil {
+			return err
+		}
+		p.data = nil
 	}
 	if p.data == nil || p.gen != gen {
 		p.build(cols, gen, true)
@@ -511,7 +612,8 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if errs[i] = db.InsertColumns(ctx, Table, names, data.slices()); errs[i] == nil {
+			ictx := clickhouse.WithDeduplicationToken(ctx, groupToken(p.insertable(i), names))
+			if errs[i] = db.InsertColumns(ictx, Table, names, data.slices()); errs[i] == nil {
 				p.done[i] = true
 			}
 		}()
@@ -520,8 +622,21 @@ func (p *preparedInsert) Deliver(ctx context.Context) error {
 	if err := p.outcome(gen, errs); err != nil {
 		return err
 	}
+	if first {
+		p.a.mu.Lock()
+		p.a.resumed = true
+		p.a.mu.Unlock()
+	}
 	p.a.expire(ctx)
 	return nil
+}
+
+// resumedDelivery reports whether a delivery succeeded since the sink was
+// made (until then, deliveries drop what a previous run stored).
+func (a *Sink) resumedDelivery() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.resumed
 }
 
 // expire enforces the retention on servers without TTL (hourly at most,
@@ -552,6 +667,9 @@ func (p *preparedInsert) outcome(gen int, errs []error) error {
 			case clickhouse.ClassRejected:
 				var refs []delivery.RecordRef
 				for bi := range group {
+					if p.stored[group[bi]] {
+						continue
+					}
 					for ri := range group[bi].Records {
 						refs = append(refs, delivery.RecordRef{Batch: first + bi, Record: ri})
 					}
@@ -570,6 +688,33 @@ func (p *preparedInsert) outcome(gen int, errs []error) error {
 		return errors.Join(retry...)
 	}
 	return errors.Join(rejected...)
+}
+
+// groupToken returns the deduplication token of one INSERT: a hash of the
+// identity of its batches (environment, profile, agent, datestamp and
+// seq_num, or the content hash of a batch without identity), the records
+// of each it holds, and the columns. A retried INSERT of the same records
+// carries the same token, so a server with deduplication tokens stores its
+// rows once (see clickhouse.WithDeduplicationToken).
+func groupToken(batches []*accesslog.Batch, names []string) string {
+	h := sha256.New()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+	}
+	var buf [8]byte
+	for _, b := range batches {
+		if b.HasIdentity() {
+			fmt.Fprintf(h, "\x01%s\x00%s\x00%s\x00%s\x00%d", b.EnvironmentID, b.ProfileID, b.AgentID, b.Datestamp, b.SeqNum)
+		} else {
+			fmt.Fprintf(h, "\x02%s\x00%s", b.EnvironmentID, b.ContentHash())
+		}
+		for i := range b.Records {
+			binary.BigEndian.PutUint64(buf[:], uint64(b.RecordIndex(i)))
+			h.Write(buf[:])
+		}
+	}
+	return "edgepipe-rtld-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // splitBatches cuts batches into at most n runs of about equal record counts.
@@ -595,6 +740,19 @@ func splitBatches(batches []*accesslog.Batch, n int) [][]*accesslog.Batch {
 		out = append(out, batches[start:])
 	}
 	return out
+}
+
+// Describe implements prometheus.Collector: the sink's self-metric
+// edgepipe_clickhouse_incomplete_nodes{table} (clickhouse.NewSchemaCollector).
+func (a *Sink) Describe(ch chan<- *prometheus.Desc) { a.collector.Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (a *Sink) Collect(ch chan<- prometheus.Metric) { a.collector.Collect(ch) }
+
+func (a *Sink) currentSchema() *clickhouse.Schema {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.schema
 }
 
 // Close closes the connections.

@@ -300,8 +300,8 @@ func TestOldLayoutKeepsWorking(t *testing.T) {
 func TestMigrationRecipe(t *testing.T) {
 	srv := testenv.ClickHouse(t)
 	db := srv.NewDatabase(t)
-	stmts := ddl(t, db, clickhouse.Version{Major: 18, Minor: 16, Patch: 1}, accesslog.Fields())
-	srv.Exec(t, strings.Replace(stmts[len(stmts)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
+	old := ddl(t, db, clickhouse.Version{Major: 18, Minor: 16, Patch: 1}, accesslog.Fields())
+	srv.Exec(t, strings.Replace(old[len(old)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
 		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1))
 	sink := newSink(t, Config{DSN: srv.DSN(db)})
 	t.Cleanup(func() { sink.Close() })
@@ -311,7 +311,8 @@ func TestMigrationRecipe(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv.Exec(t, "RENAME TABLE `"+db+"`.access_logs TO `"+db+"`.access_logs_old")
+	stmts := readmeMigration(t, db)
+	srv.Exec(t, stmts[0]) // RENAME
 	// The worker retries a delivery that failed; the sink repairs first.
 	deliver := func(prefix string) {
 		t.Helper()
@@ -325,7 +326,12 @@ func TestMigrationRecipe(t *testing.T) {
 	}
 	deliver("new")
 	deliver("old") // redelivered after the rename
-	srv.Exec(t, "INSERT INTO `"+db+"`.access_logs SELECT * FROM `"+db+"`.access_logs_old")
+	// The copy statement prints the INSERT to run.
+	var insert string
+	if err := srv.Conn(t).QueryRow(ctx, stmts[1]).Scan(&insert); err != nil {
+		t.Fatalf("the README's copy statement on ClickHouse 18.16: %v\n%s", err, stmts[1])
+	}
+	srv.Exec(t, insert)
 
 	if n := srv.QueryUint64(t, "SELECT count() FROM `"+db+"`.access_logs FINAL"); n != 20 {
 		t.Errorf("%d records under FINAL after the migration, want 20", n)

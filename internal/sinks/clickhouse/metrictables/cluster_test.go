@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -140,6 +141,22 @@ func (w *world) checkSchemaEverywhere(c *testenv.Cluster) map[string]string {
 	return want
 }
 
+// completeOn reports whether every node of c has every dataset's local
+// and Distributed tables with all the columns the first node has.
+func (w *world) completeOn(c *testenv.Cluster) bool {
+	w.t.Helper()
+	want := w.schemaOn(c.Nodes[0])
+	for _, n := range c.Nodes {
+		got := w.schemaOn(n)
+		for table, cols := range want {
+			if cols == "" || got[table] != cols {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // TestExporterOnCluster runs the exporter's scheduler and ClickHouse sink
 // against a real 2-shard × 2-replica ClickHouse 18.16 cluster with
 // ZooKeeper (--clickhouse.cluster). The subtests share the cluster, each
@@ -170,8 +187,10 @@ func TestExporterOnCluster(t *testing.T) {
 	})
 
 	// One replica down (kill -9) when the exporter starts, back 30 s later:
-	// the schema is completed on it, nothing is dropped, FINAL is exact and
-	// the replica catches up.
+	// the schema is completed on it within two recheck intervals without
+	// a single write (a table is written only when its data changes),
+	// edgepipe_clickhouse_incomplete_nodes says so meanwhile, nothing is
+	// dropped, FINAL is exact and the replica catches up.
 	t.Run("replica down at start", func(t *testing.T) {
 		down := c.Node(2, 2)
 		down.Kill()
@@ -182,28 +201,32 @@ func TestExporterOnCluster(t *testing.T) {
 		r := w.startScheduler(sink)
 		w.cycle(r)
 		flush(t, sink)
+		if n := testutilSum(t, reg, "edgepipe_clickhouse_incomplete_nodes"); n != float64(len(w.datasets())) {
+			t.Errorf("edgepipe_clickhouse_incomplete_nodes sums to %v with one node down, want one per dataset (%d)", n, len(w.datasets()))
+		}
 		for time.Since(killedAt) < 30*time.Second {
 			time.Sleep(time.Second)
 		}
 		down.Start()
-		// Writes after the node is back complete the schema on it (the
-		// sink checks an incomplete table again every RecheckInterval).
-		deadline := time.Now().Add(90 * time.Second)
-		for {
-			w.cycle(r)
-			flush(t, sink)
-			schema := w.schemaOn(down)
-			complete := true
-			for _, cols := range schema {
-				complete = complete && cols != ""
+		backAt := time.Now()
+		if schema := w.schemaOn(down); schema[w.datasets()[0].Name] != "" {
+			t.Logf("the node had its tables as soon as it answered (a recheck came at once): %v", schema)
+		}
+		// No poll, no write: the sink's schema recheck alone completes it.
+		limit := 2*clickhouse.RecheckInterval + 5*time.Second
+		for !w.completeOn(c) {
+			if time.Since(backAt) > limit {
+				t.Fatalf("schema on %s still incomplete %s after it came back: %v", down.ReplicaName, limit, w.schemaOn(down))
 			}
-			if complete {
-				break
-			}
+			time.Sleep(time.Second)
+		}
+		t.Logf("every table on all four nodes %s after the replica came back", time.Since(backAt).Round(time.Second))
+		deadline := time.Now().Add(5 * time.Second)
+		for testutilSum(t, reg, "edgepipe_clickhouse_incomplete_nodes") != 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("schema on %s still incomplete 90s after it came back: %v", down.ReplicaName, schema)
+				t.Fatalf("edgepipe_clickhouse_incomplete_nodes still %v with every table on every node", testutilSum(t, reg, "edgepipe_clickhouse_incomplete_nodes"))
 			}
-			time.Sleep(2 * time.Second)
+			time.Sleep(200 * time.Millisecond)
 		}
 		w.cycle(r)
 		flush(t, sink)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -40,7 +41,11 @@ func TestSinkConfigValidate(t *testing.T) {
 	}{
 		{"valid", SinkConfig{DSN: "clickhouse://127.0.0.1:9000/cdn"}, nil},
 		{"no DSN", SinkConfig{}, []string{"no DSN"}},
-		{"not a ClickHouse DSN", SinkConfig{DSN: "http://h:8123/cdn"}, []string{"want clickhouse://host:9000/database"}},
+		{"HTTP", SinkConfig{DSN: "http://h:8123/cdn"}, nil},
+		{"HTTPS with TLS options", SinkConfig{DSN: "https://h:8443/cdn?secure=true", TLS: clickhouse.TLSOptions{ServerName: "ch"}}, nil},
+		{"not a ClickHouse DSN", SinkConfig{DSN: "ftp://h/cdn"}, []string{"want clickhouse://HOST:9000/DB"}},
+		{"TLS options without TLS", SinkConfig{DSN: "http://h:8123/cdn", TLS: clickhouse.TLSOptions{InsecureSkipVerify: true}}, []string{"TLS options need a DSN with TLS"}},
+		{"a cluster over HTTP", SinkConfig{DSN: "http://h:8123/cdn", Cluster: "c"}, []string{"needs the native protocol"}},
 		{"negative settings", SinkConfig{DSN: "clickhouse://h/cdn", Retention: -time.Hour, QueueRows: -1, InsertQuorum: -2},
 			[]string{"Retention -1h0m0s", "QueueRows -1", "InsertQuorum -2"}},
 	} {

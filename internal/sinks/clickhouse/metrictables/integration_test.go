@@ -17,6 +17,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/platformsim"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/schedule/fakeclock"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables/chtest"
 	"github.com/edgepipe/edgepipe/internal/testenv"
@@ -37,6 +38,9 @@ type world struct {
 	// cluster names the ClickHouse cluster the sink writes to ("": a
 	// single server).
 	cluster string
+	// tls and retention configure the sink.
+	tls       clickhouse.TLSOptions
+	retention time.Duration
 }
 
 // t0 is a bucket boundary the tests start at.
@@ -58,7 +62,16 @@ func newWorld(t *testing.T, envs int) *world {
 // cluster's node.
 func newWorldOn(t *testing.T, ch *testenv.ClickHouseServer, envs int) *world {
 	t.Helper()
-	w := &world{t: t, clock: fakeclock.New(t0), ch: ch, log: testLogger(t)}
+	w := newWorldAt(t, ch.DSN, envs)
+	w.ch = ch
+	return w
+}
+
+// newWorldAt is newWorld with the sink writing to the server whose DSN
+// for a database dsnFor returns.
+func newWorldAt(t *testing.T, dsnFor func(database string) string, envs int) *world {
+	t.Helper()
+	w := &world{t: t, clock: fakeclock.New(t0), log: testLogger(t)}
 	var err error
 	w.sim, err = platformsim.New(platformsim.Config{Seed: 7, Now: w.clock.Now, Environments: envs})
 	if err != nil {
@@ -72,14 +85,14 @@ func newWorldOn(t *testing.T, ch *testenv.ClickHouseServer, envs int) *world {
 	w.api = chtest.MetricsClient(t, base)
 	w.envs = w.sim.EnvironmentIDs()
 	w.db = "cdn_" + strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name()))
-	w.dsn = ch.DSN(w.db)
+	w.dsn = dsnFor(w.db)
 	return w
 }
 
 func (w *world) newSink(reg prometheus.Registerer) *metrictables.Sink {
 	w.t.Helper()
 	s, err := metrictables.NewSink(metrictables.SinkConfig{
-		DSN: w.dsn, Logger: w.log, Registerer: reg, Now: w.clock.Now, Cluster: w.cluster,
+		DSN: w.dsn, Logger: w.log, Registerer: reg, Now: w.clock.Now, Cluster: w.cluster, TLS: w.tls, Retention: w.retention,
 		RetryMax: 300 * time.Millisecond, InsertTimeout: 10 * time.Second,
 	})
 	if err != nil {

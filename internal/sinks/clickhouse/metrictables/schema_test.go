@@ -70,7 +70,8 @@ func TestCreateTableDDL(t *testing.T) {
 				"ENGINE = ReplacingMergeTree(`version`)\n" +
 				"PARTITION BY toYYYYMM(`time`)\n" +
 				"ORDER BY (`granularity`, `environment_id`, `country_code`, `http_status_code`, `time`)\n" +
-				"TTL `time` + INTERVAL 2764800 SECOND"},
+				"TTL `time` + INTERVAL 2764800 SECOND\n" +
+				"SETTINGS non_replicated_deduplication_window = 1000"},
 		},
 		{
 			name:    "24.8 cluster without retention",

@@ -9,6 +9,9 @@ package metrictables
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,7 +31,8 @@ import (
 
 // SinkConfig configures the exporter's metrics sink.
 type SinkConfig struct {
-	// DSN names the server and database (clickhouse://host:9000/db).
+	// DSN names the server and database: clickhouse://host:9000/db
+	// (native protocol), http://host:8123/db or https://host:8443/db?secure=true.
 	DSN string
 	// Password, when set, overrides the DSN's password (from the
 	// environment or a file, never a flag).
@@ -43,6 +47,8 @@ type SinkConfig struct {
 	// every node and a Distributed <dataset> sharded by environment, and
 	// INSERTs are synchronous (see clickhouse.Schema).
 	Cluster string
+	// TLS holds the TLS options of a DSN with TLS (https://…?secure=true).
+	TLS clickhouse.TLSOptions
 	// InsertQuorum, when above 1, makes every INSERT wait until that many
 	// replicas of its shard have the rows (insert_quorum).
 	InsertQuorum int
@@ -152,7 +158,7 @@ func (c SinkConfig) validate() error {
 	var errs []error
 	if c.DSN == "" {
 		errs = append(errs, errors.New("no DSN"))
-	} else if _, err := parseDSN(c.DSN); err != nil {
+	} else if err := clickhouse.CheckDSN(c.DSN, c.Cluster, c.TLS); err != nil {
 		errs = append(errs, err)
 	}
 	for _, d := range []struct {
@@ -183,14 +189,28 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{
+	s := &Sink{
 		cfg:     cfg,
 		log:     cfg.Logger.With("sink", "clickhouse"),
 		metrics: m,
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		tables:  make(map[string]*tableState),
-	}, nil
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(clickhouse.NewSchemaCollector(s.currentSchema)); err != nil {
+			return nil, fmt.Errorf("register ClickHouse sink metrics: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// currentSchema returns the schema manager of the open connection (nil
+// while not connected).
+func (s *Sink) currentSchema() *clickhouse.Schema {
+	s.dbMu.Lock()
+	defer s.dbMu.Unlock()
+	return s.schema
 }
 
 // Start starts the writer goroutine. Call Close to stop it.
@@ -418,9 +438,14 @@ func (s *Sink) writeAll(items []*block) []*block {
 	groups := make(map[string][]*block)
 	groupRows := make(map[string]int)
 	var order []string
-	for _, it := range items {
+	for i, it := range items {
 		sig := it.signature()
 		k := sig
+		if it.sealed {
+			// A failed INSERT is retried as it was, so that its
+			// deduplication token names the same rows.
+			k = "\x00sealed#" + strconv.Itoa(i)
+		}
 		for n := 1; groupRows[k] > 0 && groupRows[k]+it.rows > maxInsertRows; n++ {
 			k = sig + "\x00#" + strconv.Itoa(n)
 		}
@@ -450,17 +475,16 @@ func (s *Sink) writeAll(items []*block) []*block {
 				// about the table (it may have changed) and give up on the
 				// rows after a few attempts rather than blocking the queue.
 				s.forgetTable(merged.table)
-				for _, b := range g {
-					b.rejections++
-				}
-				if g[0].rejections >= 5 {
+				merged.rejections++
+				if merged.rejections >= 5 {
 					s.metrics.dropped.WithLabelValues(merged.dataset, "rejected").Add(float64(merged.rows))
 					s.log.Error("ClickHouse rejected rows five times; dropped them", "dataset", merged.dataset, "rows", merged.rows, "err", err)
 					continue // not returned as failed: leaves the queue
 				}
 			}
 			s.log.Warn("ClickHouse insert failed, will retry", "dataset", merged.dataset, "rows", merged.rows, "err", err)
-			failed = append(failed, g...)
+			merged.sealed = true
+			failed = append(failed, merged)
 			continue
 		}
 		s.metrics.up.Set(1)
@@ -477,7 +501,7 @@ func (s *Sink) writeBlock(ctx context.Context, db *clickhouse.DB, b *block) erro
 		return err
 	}
 	start := time.Now()
-	err = db.InsertColumns(ctx, b.table, columnNames(b.cols), b.columnData())
+	err = db.InsertColumns(clickhouse.WithDeduplicationToken(ctx, b.token()), b.table, columnNames(b.cols), b.columnData())
 	s.metrics.insertDuration.WithLabelValues(b.dataset).Observe(time.Since(start).Seconds())
 	if err == nil {
 		s.expire(ctx, spec)
@@ -511,24 +535,40 @@ func (s *Sink) connect(ctx context.Context) (*clickhouse.DB, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	opts := []clickhouse.Option{clickhouse.WithLogger(s.log), clickhouse.WithCluster(s.cfg.Cluster), clickhouse.WithInsertQuorum(s.cfg.InsertQuorum)}
-	if s.cfg.Password != "" {
-		opts = append(opts, clickhouse.WithPassword(s.cfg.Password))
-	}
-	db, err := clickhouse.Open(ctx, s.cfg.DSN, opts...)
+	db, err := clickhouse.Open(ctx, s.cfg.DSN, s.openOptions()...)
 	if err != nil {
 		s.lastDialErr, s.lastDialAt = err, time.Now()
 		return nil, err
 	}
 	s.lastDialErr = nil
-	s.log.Info("connected to ClickHouse", "addr", db.Addr(), "database", db.Database(), "version", db.Version().String(),
+	s.log.Info("connected to ClickHouse", "addr", db.Addr(), "protocol", db.Protocol(), "database", db.Database(), "version", db.Version().String(),
 		"cluster", s.cfg.Cluster, "low_cardinality", db.Version().HasLowCardinality(), "ttl", db.Version().HasTTL(), "codecs", db.Version().HasCodecs())
 	if s.cfg.Retention > 0 && !db.Version().HasTTL() {
 		s.log.Info("ClickHouse server has no TTL; --clickhouse.retention drops whole monthly partitions once all their rows are older",
 			"version", db.Version().String(), "retention", s.cfg.Retention.String())
 	}
 	s.db, s.schema = db, clickhouse.NewSchema(db, s.log)
+	s.schema.StartRecheck(clickhouse.RecheckInterval)
 	return db, nil
+}
+
+// openOptions are the options of clickhouse.Open for the configuration.
+func (s *Sink) openOptions() []clickhouse.Option {
+	opts := []clickhouse.Option{clickhouse.WithLogger(s.log), clickhouse.WithCluster(s.cfg.Cluster),
+		clickhouse.WithInsertQuorum(s.cfg.InsertQuorum), clickhouse.WithTLS(s.cfg.TLS)}
+	if s.cfg.Password != "" {
+		opts = append(opts, clickhouse.WithPassword(s.cfg.Password))
+	}
+	return opts
+}
+
+// Preflight connects once to stop the program at its start when the server
+// answers but can never be used (clickhouse.Preflight); a server out of
+// reach is not an error.
+func (s *Sink) Preflight(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	return clickhouse.Preflight(ctx, s.cfg.DSN, s.openOptions()...)
 }
 
 // Schema returns the sink's schema manager (the tables of its connection,
@@ -691,7 +731,8 @@ func columnNames(cols []Column) []string {
 	return out
 }
 
-// block is one batch's rows in column-oriented form, ready to insert.
+// block is one batch's rows in column-oriented form, ready to insert, or
+// several merged into one INSERT.
 type block struct {
 	dataset    string
 	table      string // TableName(ds)
@@ -700,6 +741,12 @@ type block struct {
 	data       []colData
 	rows       int
 	rejections int
+	// versions are the versions of the batches in the block, in order:
+	// its identity (token).
+	versions []uint64
+	// sealed marks an INSERT that failed: it is retried as is, never
+	// merged with other blocks, so its token names the same rows.
+	sealed bool
 
 	minTime, maxTime time.Time
 }
@@ -737,6 +784,21 @@ func (c *colData) appendFrom(o *colData) {
 	c.f = append(c.f, o.f...)
 }
 
+// token returns the block's deduplication token: its table, columns and
+// the versions of its batches (each unique within the process and across
+// restarts, being wall-clock nanoseconds), so a retry of the same INSERT
+// carries the same token and nothing else does.
+func (b *block) token() string {
+	h := sha256.New()
+	h.Write([]byte(b.signature()))
+	var buf [8]byte
+	for _, v := range b.versions {
+		binary.BigEndian.PutUint64(buf[:], v)
+		h.Write(buf[:])
+	}
+	return "edgepipe-metrics-" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
 func (b *block) signature() string {
 	return b.table + "\x00" + strings.Join(columnNames(b.cols), "\x00")
 }
@@ -763,6 +825,8 @@ func mergeBlocks(bs []*block) *block {
 			m.data[i].appendFrom(&b.data[i])
 		}
 		m.rows += b.rows
+		m.versions = append(m.versions, b.versions...)
+		m.rejections = max(m.rejections, b.rejections)
 	}
 	return m
 }
@@ -773,7 +837,7 @@ func mergeBlocks(bs []*block) *block {
 func newBlock(b *schedule.Batch, version uint64) (*block, int) {
 	cols := MetricsColumns(b.Dataset, nonNil(b.Labels), nonNil(b.Metrics))
 	n := len(b.Updates)
-	blk := &block{dataset: b.Dataset.Name, table: TableName(b.Dataset), ds: b.Dataset, cols: cols, data: make([]colData, len(cols))}
+	blk := &block{dataset: b.Dataset.Name, table: TableName(b.Dataset), ds: b.Dataset, cols: cols, data: make([]colData, len(cols)), versions: []uint64{version}}
 	for i, c := range cols {
 		d := &blk.data[i]
 		d.kind = c.Kind
@@ -902,14 +966,6 @@ func parseTime(s string) (time.Time, error) {
 		}
 	}
 	return time.Time{}, fmt.Errorf("not a date: %q", s)
-}
-
-// parseDSN checks a DSN without connecting.
-func parseDSN(dsn string) (string, error) {
-	if !strings.HasPrefix(dsn, "clickhouse://") && !strings.HasPrefix(dsn, "tcp://") {
-		return "", fmt.Errorf("ClickHouse DSN %s: want clickhouse://host:9000/database", clickhouse.RedactDSN(dsn))
-	}
-	return dsn, nil
 }
 
 // sinkMetrics are the sink's self-metrics.

@@ -1,0 +1,355 @@
+package logtable
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edgepipe/edgepipe/internal/accesslog"
+	"github.com/edgepipe/edgepipe/internal/platformsim"
+	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/testenv"
+)
+
+// The ClickHouse 26.x tier of the receiver's sink: chDB behind testenv's
+// HTTP(S) server (testenv.ChDB), written through the sink's own insert
+// path over the HTTP interface.
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// sampleBatches returns n batches of per records each, with identity, of
+// the simulator's records with every catalogued field.
+func sampleBatches(t testing.TB, n, per int) []*accesslog.Batch {
+	t.Helper()
+	recs, err := platformsim.SampleRecords(7, n*per, time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The records' environment_id is the batch's, as the platform sends it.
+	var first struct {
+		EnvironmentID string `json:"environment_id"`
+	}
+	if err := json.Unmarshal(recs[0], &first); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*accesslog.Batch, n)
+	for i := range out {
+		out[i] = &accesslog.Batch{
+			EnvironmentID: first.EnvironmentID, ProfileID: "1", Format: accesslog.FormatJSON, AgentID: "agent-1", Datestamp: "20261127",
+			SeqNum: int64(i), ReceivedUnixNano: time.Date(2026, 11, 27, 12, 0, i, 0, time.UTC).UnixNano(),
+			Records: recs[i*per : (i+1)*per],
+		}
+	}
+	return out
+}
+
+// deliverAll delivers the batches, retrying as the receiver's worker does.
+func deliverAll(ctx context.Context, t *testing.T, sink *Sink, batches []*accesslog.Batch) {
+	t.Helper()
+	d := &delivery.Deliverer{Sink: sink, MinBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}
+	rejected, err := d.Deliver(ctx, batches, nil)
+	if err != nil || len(rejected) != 0 {
+		t.Fatalf("deliver: %v, %d records rejected", err, len(rejected))
+	}
+}
+
+func chdbQueryString(t *testing.T, srv *testenv.ChDBServer, q string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var s string
+	if err := srv.Conn(t).QueryRow(ctx, q).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return s
+}
+
+// TestAccessLogsOn26 delivers the simulator's records through the sink
+// over HTTP and over HTTPS (certificate checked against the test CA with
+// --clickhouse.tls.ca-file's option) to ClickHouse 26.x: count() FINAL is
+// the number of records acknowledged, and so is count() without FINAL,
+// also after every batch is delivered a second time (the platform's
+// retry: same identity, same deduplication token). The table has the
+// modern layout: LowCardinality, codecs, DateTime64(6),
+// ttl_only_drop_parts and a deduplication window.
+func TestAccessLogsOn26(t *testing.T) {
+	srv := testenv.ChDB(t)
+	for _, tc := range []struct {
+		name, dsn string
+		opts      []clickhouse.Option
+	}{
+		{"http", srv.DSN("logs_http"), nil},
+		{"https", srv.HTTPSDSN("logs_https"), []clickhouse.Option{clickhouse.WithTLS(clickhouse.TLSOptions{CAFile: srv.CAFile(), ServerName: "localhost"})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := strings.TrimSuffix(tc.dsn[strings.LastIndex(tc.dsn, "/")+1:], "?secure=true")
+			sink := newSink(t, Config{DSN: tc.dsn, Options: tc.opts, Retention: 30 * 24 * time.Hour})
+			t.Cleanup(func() { sink.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			batches := sampleBatches(t, 8, 250)
+			deliverAll(ctx, t, sink, batches[:1]) // creates the table
+			// A per-minute rollup, as a later change adds: the token reaches
+			// it (deduplicate_blocks_in_dependent_materialized_views), given
+			// a deduplication window of its own.
+			srv.Exec(t, "CREATE TABLE "+db+".requests_per_minute (minute DateTime, requests UInt64) ENGINE = SummingMergeTree ORDER BY minute SETTINGS non_replicated_deduplication_window = 1000")
+			srv.Exec(t, "CREATE MATERIALIZED VIEW "+db+".requests_per_minute_mv TO "+db+".requests_per_minute AS SELECT toStartOfMinute(timestamp) AS minute, count() AS requests FROM "+db+".access_logs GROUP BY minute")
+			deliverAll(ctx, t, sink, batches[1:])
+			const acked = 8 * 250
+			deliverAll(ctx, t, sink, batches[1:]) // redelivered: same identity
+			final := srv.QueryUint64(t, "SELECT count() FROM "+db+".access_logs FINAL")
+			raw := srv.QueryUint64(t, "SELECT count() FROM "+db+".access_logs")
+			if final != acked || raw != acked {
+				t.Errorf("count() FINAL %d, count() %d after delivering every batch twice; want %d acknowledged records for both", final, raw, acked)
+			}
+			if n := srv.QueryUint64(t, "SELECT sum(requests) FROM "+db+".requests_per_minute"); n != acked-250 {
+				t.Errorf("the rollup counts %d requests after every batch was delivered twice, want the %d records delivered since it exists", n, acked-250)
+			}
+			if n := srv.QueryUint64(t, "SELECT count() FROM "+db+".access_logs WHERE extra != ''"); n != 0 {
+				t.Errorf("%d records with fields in extra: every catalogued field has a column", n)
+			}
+			for col, want := range map[string]string{
+				"timestamp": "DateTime64(6)", "method": "LowCardinality(String)", "pop": "LowCardinality(String)",
+				"environment_id": "LowCardinality(String)", "path": "String", "bytes_out": "Int64",
+			} {
+				if got := chdbQueryString(t, srv, "SELECT type FROM system.columns WHERE database = '"+db+"' AND table = 'access_logs' AND name = '"+col+"'"); got != want {
+					t.Errorf("column %s: %s, want %s", col, got, want)
+				}
+			}
+			for col, want := range map[string]string{"timestamp": "Delta", "path": "ZSTD(1)", "bytes_out": "T64", "extra": "ZSTD(1)"} {
+				if got := chdbQueryString(t, srv, "SELECT compression_codec FROM system.columns WHERE database = '"+db+"' AND table = 'access_logs' AND name = '"+col+"'"); !strings.Contains(got, want) {
+					t.Errorf("column %s has codec %q, want one with %s", col, got, want)
+				}
+			}
+			create := chdbQueryString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs'")
+			for _, want := range []string{"ttl_only_drop_parts = 1", "non_replicated_deduplication_window = 1000", "TTL toDateTime(timestamp) + toIntervalSecond(2592000)"} {
+				if !strings.Contains(create, want) {
+					t.Errorf("access_logs lacks %q:\n%s", want, create)
+				}
+			}
+		})
+	}
+}
+
+// TestNoDuplicatesAfterKill26: ClickHouse 26.x killed with SIGKILL while
+// the sink inserts, then started again; the sink retries the same INSERTs
+// (same deduplication tokens) until they succeed, and the spool's
+// redelivery of a group already stored (the receiver lost the
+// acknowledgement) is dropped by the server: count() without FINAL equals
+// the number of unique records.
+func TestNoDuplicatesAfterKill26(t *testing.T) {
+	srv := testenv.ChDB(t)
+	sink := newSink(t, Config{DSN: srv.DSN("logs_kill")})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	all := sampleBatches(t, 24, 500)
+	unique := 0
+	for round, delay := range []time.Duration{0, 30 * time.Millisecond, 150 * time.Millisecond} {
+		batches := all[round*8 : (round+1)*8]
+		unique += 8 * 500
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(delay)
+			srv.Kill()
+		}()
+		// The first attempt races the kill; the Deliverer retries the
+		// same prepared INSERTs until the restarted server takes them.
+		restarted := make(chan struct{})
+		go func() {
+			<-done
+			time.Sleep(200 * time.Millisecond)
+			srv.Start()
+			close(restarted)
+		}()
+		deliverAll(ctx, t, sink, batches)
+		<-restarted
+		// The spool delivers the same group again after a receiver crash.
+		deliverAll(ctx, t, sink, batches)
+		if raw := srv.QueryUint64(t, "SELECT count() FROM logs_kill.access_logs"); raw != uint64(unique) {
+			t.Fatalf("round %d (kill after %s): count() %d, want the %d unique records", round, delay, raw, unique)
+		}
+	}
+	if final := srv.QueryUint64(t, "SELECT count() FROM logs_kill.access_logs FINAL"); final != uint64(unique) {
+		t.Errorf("count() FINAL %d, want %d", final, unique)
+	}
+}
+
+// TestRestartRegroupedNoDuplicates26: a receiver stopped after its sink
+// stored a group but before the spool committed it delivers, after the
+// restart, those batches again in a larger group (more arrived meanwhile),
+// whose INSERT has another token: the first delivery of the new sink
+// leaves out the batches the table holds in full, so count() without
+// FINAL stays the number of unique records.
+func TestRestartRegroupedNoDuplicates26(t *testing.T) {
+	srv := testenv.ChDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	batches := sampleBatches(t, 8, 100)
+	before := newSink(t, Config{DSN: srv.DSN("logs_restart")})
+	deliverAll(ctx, t, before, batches[:5])
+	before.Close() // the crash: the spool position was not committed
+	after := newSink(t, Config{DSN: srv.DSN("logs_restart")})
+	t.Cleanup(func() { after.Close() })
+	deliverAll(ctx, t, after, batches) // from the committed position: the five again and three more
+	if raw := srv.QueryUint64(t, "SELECT count() FROM logs_restart.access_logs"); raw != 800 {
+		t.Errorf("count() %d without FINAL, want the 800 unique records", raw)
+	}
+	if final := srv.QueryUint64(t, "SELECT count() FROM logs_restart.access_logs FINAL"); final != 800 {
+		t.Errorf("count() FINAL %d, want 800", final)
+	}
+}
+
+// readmeMigration returns the SQL statements of the README's access_logs
+// migration recipe, comments removed, with the database cdn renamed db.
+func readmeMigration(t *testing.T, db string) []string {
+	t.Helper()
+	readme, err := os.ReadFile("../../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(readme)
+	start := strings.Index(text, "### access_logs layout and migration")
+	if start < 0 {
+		t.Fatal("README has no section \"access_logs layout and migration\"")
+	}
+	m := regexp.MustCompile("(?s)```sql\n(.*?)```").FindStringSubmatch(text[start:])
+	if m == nil {
+		t.Fatal("README's access_logs migration has no sql block")
+	}
+	var stmts []string
+	for _, s := range strings.Split(regexp.MustCompile(`(?m)--.*$`).ReplaceAllString(m[1], ""), ";") {
+		if s = strings.TrimSpace(s); s != "" {
+			s = strings.ReplaceAll(s, "cdn.", db+".")
+			stmts = append(stmts, strings.ReplaceAll(s, "'cdn'", "'"+db+"'"))
+		}
+	}
+	return stmts
+}
+
+// TestMigrationRecipeFrom1816LayoutOn26 runs the README's access_logs
+// migration recipe, statement by statement, on ClickHouse 26.x, from a
+// table in the layout ClickHouse 18.16 gets (timestamp DateTime +
+// timestamp_us, sorted by identity) filled by the sink (which writes an
+// existing table in its own types): the copy keeps every record and its
+// microseconds, and the receiver goes on in the new layout.
+func TestMigrationRecipeFrom1816LayoutOn26(t *testing.T) {
+	srv := testenv.ChDB(t)
+	const db = "cdn_migration"
+	srv.Exec(t, "CREATE DATABASE "+db)
+	old := ddl(t, db, clickhouse.Version{Major: 18, Minor: 16, Patch: 1}, accesslog.Fields())
+	srv.Exec(t, strings.Replace(old[len(old)-1], "PARTITION BY toDate(`timestamp`)\nORDER BY (environment_id, toStartOfHour(`timestamp`), profile_id,",
+		"PARTITION BY toYYYYMM(`timestamp`)\nORDER BY (environment_id, profile_id,", 1))
+	sink := newSink(t, Config{DSN: srv.DSN(db)})
+	t.Cleanup(func() { sink.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	batches := sampleBatches(t, 4, 100)
+	deliverAll(ctx, t, sink, batches[:2])
+	if n := srv.QueryUint64(t, "SELECT count() FROM "+db+".access_logs WHERE timestamp_us != 0"); n == 0 {
+		t.Fatal("no microseconds in timestamp_us: the old layout was not written as such")
+	}
+
+	stmts := readmeMigration(t, db)
+	if len(stmts) != 4 || !strings.HasPrefix(stmts[0], "RENAME TABLE") {
+		t.Fatalf("the README's recipe has %d statements, want RENAME, the copy, the check, DROP: %q", len(stmts), stmts)
+	}
+	srv.Exec(t, stmts[0])
+	// The receiver goes on: its next delivery creates access_logs anew.
+	deliverAll(ctx, t, sink, batches[2:])
+	if got := chdbQueryString(t, srv, "SELECT type FROM system.columns WHERE database = '"+db+"' AND table = 'access_logs' AND name = 'timestamp'"); got != "DateTime64(6)" {
+		t.Fatalf("the new access_logs has timestamp %s, want DateTime64(6)", got)
+	}
+	// The copy statement prints the INSERT to run.
+	insert := chdbQueryString(t, srv, stmts[1])
+	srv.Exec(t, insert)
+	if n := srv.QueryUint64(t, strings.Replace(stmts[2], "SELECT count()", "SELECT toUInt64(count())", 1)); n != 400 {
+		t.Errorf("%d records under FINAL after the copy, want 400", n)
+	}
+	lost := srv.QueryUint64(t, "SELECT count() FROM "+db+".access_logs AS n INNER JOIN "+db+".access_logs_old AS o ON n.uuid = o.uuid "+
+		"WHERE toUnixTimestamp64Micro(n.timestamp) != toInt64(toUnixTimestamp(o.timestamp)) * 1000000 + o.timestamp_us")
+	copied := srv.QueryUint64(t, "SELECT count() FROM "+db+".access_logs AS n INNER JOIN "+db+".access_logs_old AS o ON n.uuid = o.uuid")
+	if copied != 200 || lost != 0 {
+		t.Errorf("%d records copied (want 200), %d of them with other microseconds than the old table's (want 0)", copied, lost)
+	}
+	srv.Exec(t, stmts[3])
+}
+
+// TestAccessLogsBytesPerRecord26 measures access_logs' bytes on disk per
+// record on ClickHouse 26.x, for 20,000 of the simulator's records with
+// every catalogued field, in the layout 26.x servers got before (plain
+// String columns, no codecs) and in the modern one, each merged into one
+// part (OPTIMIZE … FINAL). The README records the figures:
+//
+//	go test -run TestAccessLogsBytesPerRecord26 -v ./internal/sinks/clickhouse/logtable
+func TestAccessLogsBytesPerRecord26(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measurement")
+	}
+	srv := testenv.ChDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const records = 20_000
+	batches := sampleBatches(t, records/500, 500)
+	v := clickhouse.Version{Major: 26, Minor: 7}
+	spec, err := TableSpec(v, accesslog.Fields(), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bytesPerRecord := map[string]float64{}
+	for _, layout := range []string{"before", "modern"} {
+		db := "bytes_" + layout
+		stmts := clickhouse.CreateStatements(db, "", v, spec)
+		if layout == "before" {
+			stmts = clickhouse.CreateStatements(db, "", v, plainLayout(spec))
+		}
+		for _, s := range stmts {
+			srv.Exec(t, s)
+		}
+		sink := newSink(t, Config{DSN: srv.DSN(db)})
+		deliverAll(ctx, t, sink, batches)
+		sink.Close()
+		srv.Exec(t, "OPTIMIZE TABLE "+db+".access_logs FINAL")
+		var rows, size uint64
+		if err := srv.Conn(t).QueryRow(ctx, "SELECT sum(rows), sum(bytes_on_disk) FROM system.parts WHERE active AND database = '"+db+"' AND table = 'access_logs'").Scan(&rows, &size); err != nil {
+			t.Fatal(err)
+		}
+		if rows != records {
+			t.Fatalf("%s layout: %d rows, want %d", layout, rows, records)
+		}
+		bytesPerRecord[layout] = float64(size) / float64(rows)
+	}
+	var raw int
+	for _, b := range batches {
+		raw += b.RecordBytes()
+	}
+	t.Logf("ClickHouse 26.x, %d records (%.0f bytes of JSON each): access_logs on disk %.1f bytes/record before, %.1f modern (%.0f %%)",
+		records, float64(raw)/records, bytesPerRecord["before"], bytesPerRecord["modern"], 100*bytesPerRecord["modern"]/bytesPerRecord["before"])
+	if bytesPerRecord["modern"] >= bytesPerRecord["before"] {
+		t.Errorf("the modern layout takes %.1f bytes/record, the one before %.1f", bytesPerRecord["modern"], bytesPerRecord["before"])
+	}
+}
+
+// plainLayout returns spec as 26.x servers got it before the modern
+// layout: no LowCardinality, no codecs, no table settings beyond those
+// CreateStatements adds.
+func plainLayout(spec *clickhouse.Table) *clickhouse.Table {
+	out := *spec
+	out.Columns = nil
+	codec := regexp.MustCompile(` CODEC\(.*\)$`)
+	for _, c := range spec.Columns {
+		typ := codec.ReplaceAllString(c.Type, "")
+		if inner, ok := unwrap(typ, "LowCardinality"); ok {
+			typ = inner
+		}
+		c.Type = typ
+		out.Columns = append(out.Columns, c)
+	}
+	return &out
+}
