@@ -243,59 +243,74 @@ func decodeFast(env string, body []byte) (*Batch, bool) {
 	b := &Batch{EnvironmentID: env, SeqNum: NoSeqNum}
 	switch body[i] {
 	case '[':
-		b.Format = FormatJSONArray
-		ok := true
-		end := scanElements(body, i, 0, func(v []byte) {
-			ok = ok && v[0] == '{'
-			b.Records = append(b.Records, v)
-		})
-		if end < 0 || skipSpace(body, end) != len(body) || !ok || len(b.Records) == 0 {
-			return nil, false
-		}
-		return b, true
+		return b, b.fastArray(body, i)
 	case '{':
-		if w, end := splitObject(body, i); end >= 0 && skipSpace(body, end) == len(body) {
-			if w.Logs == nil || string(w.Logs) == "null" {
-				b.Format = FormatJSONLines
-				b.Records = []json.RawMessage{body[i:end]}
-				return b, true
-			}
-			env, err := w.envelope()
-			if err != nil || len(env.Logs) == 0 {
-				return nil, false
-			}
-			b.Format = FormatJSON
-			b.AccountNumber, b.AgentID, b.Datestamp = env.AccountNumber, env.AgentID, env.Datestamp
-			b.Platform, b.ProfileID, b.SeqNum, b.Records = env.Platform, env.ProfileID, env.SeqNum, env.Logs
-			return b, true
+		if ok, whole := b.fastObject(body, i); whole {
+			return b, ok
 		}
-		// json_lines: one object per line.
-		b.Format = FormatJSONLines
-		for rest := body; len(rest) > 0; {
-			line := rest
-			if nl := bytes.IndexByte(rest, '\n'); nl >= 0 {
-				line, rest = rest[:nl], rest[nl+1:]
-			} else {
-				rest = nil
-			}
-			line = bytes.Trim(line, " \t\r\n")
-			if len(line) == 0 {
-				continue
-			}
-			if line[0] != '{' || !validJSON(line) {
-				return nil, false
-			}
-			b.Records = append(b.Records, line)
-		}
-		if len(b.Records) == 0 {
-			return nil, false
-		}
-		if _, isEnvelope, _ := parseEnvelope(b.Records[0]); isEnvelope {
-			return nil, false // an envelope followed by more: let the stream decoder say so
-		}
-		return b, true
+		return b, b.fastLines(body)
 	}
 	return nil, false
+}
+
+// fastArray decodes a json_array body whose array starts at body[i].
+func (b *Batch) fastArray(body []byte, i int) bool {
+	b.Format = FormatJSONArray
+	ok := true
+	end := scanElements(body, i, 0, func(v []byte) {
+		ok = ok && v[0] == '{'
+		b.Records = append(b.Records, v)
+	})
+	return end >= 0 && skipSpace(body, end) == len(body) && ok && len(b.Records) > 0
+}
+
+// fastObject decodes a body that is one object starting at body[i]: a json
+// envelope, or a json_lines batch of one record. whole is false when the
+// body is not one valid object (json_lines of several records, or invalid).
+func (b *Batch) fastObject(body []byte, i int) (ok, whole bool) {
+	w, end := splitObject(body, i)
+	if end < 0 || skipSpace(body, end) != len(body) {
+		return false, false
+	}
+	if w.Logs == nil || string(w.Logs) == "null" {
+		b.Format = FormatJSONLines
+		b.Records = []json.RawMessage{body[i:end]}
+		return true, true
+	}
+	env, err := w.envelope()
+	if err != nil || len(env.Logs) == 0 {
+		return false, true
+	}
+	b.Format = FormatJSON
+	b.AccountNumber, b.AgentID, b.Datestamp = env.AccountNumber, env.AgentID, env.Datestamp
+	b.Platform, b.ProfileID, b.SeqNum, b.Records = env.Platform, env.ProfileID, env.SeqNum, env.Logs
+	return true, true
+}
+
+// fastLines decodes a json_lines body: one object per line.
+func (b *Batch) fastLines(body []byte) bool {
+	b.Format = FormatJSONLines
+	for rest := body; len(rest) > 0; {
+		line := rest
+		if nl := bytes.IndexByte(rest, '\n'); nl >= 0 {
+			line, rest = rest[:nl], rest[nl+1:]
+		} else {
+			rest = nil
+		}
+		line = bytes.Trim(line, " \t\r\n")
+		if len(line) == 0 {
+			continue
+		}
+		if line[0] != '{' || !validJSON(line) {
+			return false
+		}
+		b.Records = append(b.Records, line)
+	}
+	if len(b.Records) == 0 {
+		return false
+	}
+	_, isEnvelope, _ := parseEnvelope(b.Records[0])
+	return !isEnvelope // an envelope followed by more: let the stream decoder say so
 }
 
 // decodeStream decodes with encoding/json's streaming decoder, which knows

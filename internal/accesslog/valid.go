@@ -68,23 +68,12 @@ func scanNumber(b []byte, i int) int {
 	if i < len(b) && b[i] == '-' {
 		i++
 	}
-	switch {
-	case i >= len(b):
-		return -1
-	case b[i] == '0':
-		i++
-	case '1' <= b[i] && b[i] <= '9':
-		for i++; i < len(b) && isDigit(b[i]); i++ {
-		}
-	default:
+	if i = scanInt(b, i); i < 0 {
 		return -1
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		if i >= len(b) || !isDigit(b[i]) {
+		if i = scanDigits(b, i+1); i < 0 {
 			return -1
-		}
-		for i++; i < len(b) && isDigit(b[i]); i++ {
 		}
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
@@ -92,11 +81,30 @@ func scanNumber(b []byte, i int) int {
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		if i >= len(b) || !isDigit(b[i]) {
-			return -1
-		}
-		for i++; i < len(b) && isDigit(b[i]); i++ {
-		}
+		return scanDigits(b, i)
+	}
+	return i
+}
+
+// scanInt returns the index after a number's integer part at b[i] ("0" or
+// a digit 1-9 and more digits), or -1.
+func scanInt(b []byte, i int) int {
+	if i < len(b) && b[i] == '0' {
+		return i + 1
+	}
+	if i >= len(b) || b[i] < '1' || b[i] > '9' {
+		return -1
+	}
+	return scanDigits(b, i)
+}
+
+// scanDigits returns the index after the digits at b[i] (at least one), or
+// -1.
+func scanDigits(b []byte, i int) int {
+	if i >= len(b) || !isDigit(b[i]) {
+		return -1
+	}
+	for i++; i < len(b) && isDigit(b[i]); i++ {
 	}
 	return i
 }
@@ -142,70 +150,92 @@ func scanValueDepth(b []byte, i, depth int) int {
 		if i >= len(b) {
 			return -1
 		}
-		switch c := b[i]; c {
-		case '"':
-			i, _ = scanString(b, i)
-		case '{', '[':
+		if c := b[i]; c == '{' || c == '[' {
 			if depth+len(stack) >= maxNestingDepth {
 				return -1
 			}
-			end := byte('}')
-			if c == '[' {
-				end = ']'
-			}
-			j := skipSpace(b, i+1)
-			if j < len(b) && b[j] == end {
-				i = j + 1
-				break
-			}
-			stack = append(stack, c)
-			if c == '{' {
-				j = scanKey(b, j)
-			}
-			i = j
-			if i < 0 {
+			var inside bool
+			if i, inside = openContainer(b, i); i < 0 {
 				return -1
 			}
-			continue
-		case 't':
-			i = scanLiteral(b, i, "true")
-		case 'f':
-			i = scanLiteral(b, i, "false")
-		case 'n':
-			i = scanLiteral(b, i, "null")
-		default:
-			i = scanNumber(b, i)
-		}
-		if i < 0 {
-			return -1
-		}
-		// After a value: a comma, or the end of containers.
-		for {
-			if len(stack) == 0 {
-				return i
-			}
-			i = skipSpace(b, i)
-			if i >= len(b) {
-				return -1
-			}
-			top := stack[len(stack)-1]
-			if b[i] == ',' {
-				i = skipSpace(b, i+1)
-				if top == '{' {
-					if i = scanKey(b, i); i < 0 {
-						return -1
-					}
-				}
-				break
-			}
-			if top == '{' && b[i] == '}' || top == '[' && b[i] == ']' {
-				stack = stack[:len(stack)-1]
-				i++
+			if inside {
+				stack = append(stack, c)
 				continue
 			}
+		} else if i = scanScalar(b, i); i < 0 {
 			return -1
 		}
+		var more bool
+		var open int
+		if i, more, open = nextValue(b, i, stack); i < 0 || !more {
+			return i
+		}
+		stack = stack[:open]
 	}
+}
+
+// scanScalar returns the index after the string, number or literal at
+// b[i], or -1.
+func scanScalar(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		e, _ := scanString(b, i)
+		return e
+	case 't':
+		return scanLiteral(b, i, "true")
+	case 'f':
+		return scanLiteral(b, i, "false")
+	case 'n':
+		return scanLiteral(b, i, "null")
+	}
+	return scanNumber(b, i)
+}
+
+// openContainer starts the object or array at b[i]: it returns the index
+// of its first value (after the key, for an object) and true, or the index
+// after it and false when it is empty, or -1.
+func openContainer(b []byte, i int) (int, bool) {
+	end := byte('}')
+	if b[i] == '[' {
+		end = ']'
+	}
+	j := skipSpace(b, i+1)
+	if j < len(b) && b[j] == end {
+		return j + 1, false
+	}
+	if b[i] == '{' {
+		j = scanKey(b, j)
+	}
+	return j, j >= 0
+}
+
+// nextValue continues after a value that ends at b[i] inside the open
+// containers of stack: it closes the containers that end there and
+// returns the index of the next value (more, with the number of containers
+// still open), or the index after the outermost value (not more), or -1.
+func nextValue(b []byte, i int, stack []byte) (int, bool, int) {
+	open := len(stack)
+	for open > 0 {
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return -1, false, open
+		}
+		top := stack[open-1]
+		switch {
+		case b[i] == ',':
+			i = skipSpace(b, i+1)
+			if top == '{' {
+				i = scanKey(b, i)
+			}
+			return i, i >= 0, open
+		case top == '{' && b[i] == '}', top == '[' && b[i] == ']':
+			open--
+			i++
+		default:
+			return -1, false, open
+		}
+	}
+	return i, false, 0
 }
 
 // validJSON reports whether b is one JSON value with only space around it,
