@@ -1,8 +1,11 @@
 // Package delivery moves spooled access-log batches into the receiver's
-// sinks (Kafka, ClickHouse) with end-to-end acknowledgement: one Worker per
+// sinks (Kafka, ClickHouse) with end-to-end acknowledgement: one worker per
 // sink reads the spool from the sink's own cursor and commits the cursor only
-// after the sink acknowledged. Sinks implement the small contract defined
-// here (Sink, and optionally Preparer); they never import the HTTP ingest.
+// after the sink acknowledged. A Worker delivers group after group (the
+// ClickHouse sink); a PartitionWorker delivers every partition of a
+// Partitioned sink on its own (the Kafka sink). Sinks implement the small
+// contract defined here (Sink, and optionally Preparer or Partitioned); they
+// never import the HTTP ingest.
 //
 // The contract has three outcomes (Vector's delivered / errored / rejected):
 // Deliver returns nil when every record was acknowledged; a *RejectedError
