@@ -7,6 +7,13 @@
 #   docker run --rm -p 9780:9780 edgepipe                       # exporter --simulate
 #   docker run --rm -p 9781:9781 --entrypoint /usr/local/bin/rtld-receiver edgepipe --simulate
 #
+# `make image` builds the same image without Docker or a network (from the
+# binaries of `make build`, Debian's CA certificates and tzdata, and
+# distroless's users; internal/ociimage), which is what CI builds, runs and
+# the Helm chart deploys; internal/deploytest checks the two agree: the
+# binaries' paths, user, working directory, entrypoint, ports, labels, and
+# the spool and state directories.
+#
 # The binaries are built exactly as `make build` builds them: static
 # (CGO_ENABLED=0), -trimpath, -ldflags "-s -w -X …" with the same version
 # variables; without --build-arg VERSION the stamp is v<the VERSION file>, as
@@ -36,7 +43,9 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
             -ldflags "-s -w \
                 -X $PVPKG.Version=$VERSION -X $PVPKG.Revision=$REVISION -X $PVPKG.BuildDate=$BUILDDATE" \
             -o /out/$cmd ./cmd/$cmd; \
-    done
+    done; \
+    mkdir -p /out/data/spool /out/data/state; \
+    chmod 0700 /out/data/spool /out/data/state
 
 # distroless static: CA certificates, tzdata, /etc/passwd with the nonroot
 # user (65532), no shell, no package manager.
@@ -46,9 +55,14 @@ ARG REVISION=unknown
 LABEL org.opencontainers.image.title="edgepipe" \
       org.opencontainers.image.description="CDN metrics and real-time access logs to Prometheus, OpenTelemetry, ClickHouse and Kafka" \
       org.opencontainers.image.source="https://github.com/edgepipe/edgepipe" \
+      org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}"
 COPY --from=build /out/exporter /out/rtld-receiver /out/platform-sim /usr/local/bin/
+# Where the Helm chart mounts the receiver's spool and the exporter's
+# --state.dir: the nonroot user's, so that a named volume mounted there
+# (which takes its owner from the image) is writable.
+COPY --from=build --chown=65532:65532 /out/data/ /var/lib/edgepipe/
 USER 65532:65532
 # The nonroot user's home: relative paths such as the receiver's default
 # --spool.dir=./data/spool land here (mount a volume for durability).

@@ -10,11 +10,23 @@ CMDS      := exporter rtld-receiver platform-sim
 # fallback too; internal/deploytest checks they agree).
 VERSION   ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || echo v$$(cat VERSION))
 REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
-BUILDDATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+# The build date is the commit's (SOURCE_DATE_EPOCH, as reproducible builds
+# define it), so one commit builds the same binaries and the same image;
+# outside git, the time of the build.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
+BUILDDATE ?= $(shell date -u $(if $(SOURCE_DATE_EPOCH),-d @$(SOURCE_DATE_EPOCH)) +%Y-%m-%dT%H:%M:%SZ)
 # --version, the landing page and <program>_build_info read prometheus/common/version.
 PVPKG     := github.com/prometheus/common/version
 LDFLAGS   := -s -w \
 	-X $(PVPKG).Version=$(VERSION) -X $(PVPKG).Revision=$(REVISION) -X $(PVPKG).BuildDate=$(BUILDDATE)
+# The container image (`make image`): the Helm chart's default image is
+# $(IMAGE_REPOSITORY):<its appVersion, the VERSION file>, which is IMAGE at a
+# release; between releases the tag is `make version` without its "v".
+IMAGE_REPOSITORY ?= ghcr.io/edgepipe/edgepipe
+IMAGE_TAG        ?= $(patsubst v%,%,$(VERSION))
+IMAGE            ?= $(IMAGE_REPOSITORY):$(IMAGE_TAG)
+IMAGE_ARCHIVE    ?= $(BIN)/edgepipe-image.tar
+PODMAN           ?= podman
 TEST_TIMEOUT ?= 25m
 TEST_P       ?= 2
 FUZZTIME     ?= 10s
@@ -27,7 +39,7 @@ GOLANGCI_LINT         ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
 # ClickHouse 26.x as a library for the tests (npm; internal/testenv.ChDBPackage).
 CHDB_PACKAGE          ?= @chdb/lib-linux-x64-gnu@26.7.3-stable.1
 
-.PHONY: all build version demo test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet golangci-lint helm-lint clean help
+.PHONY: all build version image image-ref demo test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet golangci-lint helm-lint clean help
 
 all: lint build test
 
@@ -44,13 +56,27 @@ build: ## build the binaries into ./bin (static, version-stamped)
 version: ## print the version `make build` stamps
 	@echo $(VERSION)
 
+# The image's architecture is the binaries' (e.g. GOARCH=arm64 make image);
+# build-image itself runs on this machine.
+image: build ## build the container image offline from ./bin into $(IMAGE_ARCHIVE), tagged $(IMAGE), and load it into podman if installed
+	GOOS= GOARCH= $(GO) run ./internal/ociimage/cmd/build-image -bin $(BIN) -o $(IMAGE_ARCHIVE) -tag $(IMAGE) \
+		-version $(VERSION) -revision '$(REVISION)' -created $(BUILDDATE)
+	@if command -v $(PODMAN) >/dev/null 2>&1; then \
+		echo "$(PODMAN) load -i $(IMAGE_ARCHIVE)"; $(PODMAN) load -q -i $(IMAGE_ARCHIVE) || exit 1; \
+	else \
+		echo "$(PODMAN) not found: load $(IMAGE_ARCHIVE) with podman load -i or docker load -i"; \
+	fi
+
+image-ref: ## print the image reference `make image` tags
+	@echo $(IMAGE)
+
 demo: ## run simulator, exporter and receiver on loopback (and Prometheus with the chart's alerts, if installed); Ctrl-C stops all
 	@BIN=$(BIN) GO=$(GO) MAKE=$(MAKE) exec ./scripts/demo.sh
 
 test: ## the whole suite, integration tests included (real services; see `make deps`)
 	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
 
-deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper (apt), chDB's libchdb.so (npm: ClickHouse 26.x), helm and golangci-lint (go install), build the test OpenTelemetry Collector; only what is missing
+deps: ## install clickhouse-server clickhouse-client prometheus kcat zookeeper podman runc (apt), chDB's libchdb.so (npm: ClickHouse 26.x), helm and golangci-lint (go install), build the test OpenTelemetry Collector; only what is missing
 	@GO=$(GO) GOLANGCI_LINT_VERSION=$(GOLANGCI_LINT_VERSION) CHDB_PACKAGE=$(CHDB_PACKAGE) ./scripts/deps.sh
 
 bench: bench-scrape bench-scale bench-clickhouse bench-receiver ## the benchmarks whose results the README records

@@ -292,6 +292,8 @@ Queries to try in $PROM_URL/graph:
     topk(5, sum by (country_code) (rate(cdn_edge_usage_by_country_requests_edge_total[5m])))
   access-log records per second received, by outcome (receiver)
     sum by (status) (rate(edgepipe_rtld_records_received_total[1m]))
+  requests per second by POP and status class, from the access logs (receiver)
+    sum by (pop, status_class) (rate(cdn_logs_requests_total[1m]))
   seconds since the end of each dataset's newest bucket (how fresh the exported data is)
     max by (dataset) (edgepipe_bucket_lag_seconds)
 MSG

@@ -2,7 +2,8 @@
 # Installs what the integration tests need, only if missing (idempotent,
 # quick when everything is there):
 #   apt: clickhouse-server clickhouse-client prometheus kcat zookeeper (Debian 12
-#        packages; zookeeper is jars run with java, for the ClickHouse cluster tests)
+#        packages; zookeeper is jars run with java, for the ClickHouse cluster tests);
+#        podman runc ca-certificates tzdata (the container image, `make image`)
 #   go:  helm (for `make helm-lint` and the chart tests), golangci-lint
 #        GOLANGCI_LINT_VERSION (for `make lint`; the Makefile pins it) into
 #        Go's bin directory, when that directory has no golangci-lint of
@@ -97,6 +98,32 @@ if ((${#missing[@]})); then
 	[ -n "${EDGEPIPE_LIBCHDB:-}" ] || have npm || { echo "deps: npm still missing after apt-get install" >&2; exit 1; }
 else
 	echo "deps: clickhouse-server clickhouse-client prometheus promtool kcat zookeeper already installed"
+fi
+
+# Containers: Debian's podman with runc (the image test runs edgepipe's image
+# with runc, daemonless, as root; `make image` loads the image into podman),
+# and the CA certificates and time zone data `make image` puts into the image.
+# About 23 MB of packages; the install took 14 s here.
+container_pkgs=()
+have podman || container_pkgs+=(podman)
+have runc || container_pkgs+=(runc)
+[ -d /usr/share/ca-certificates/mozilla ] || container_pkgs+=(ca-certificates)
+[ -f /usr/share/zoneinfo/Etc/UTC ] || container_pkgs+=(tzdata)
+if ((${#container_pkgs[@]})); then
+	echo "deps: installing ${container_pkgs[*]}"
+	container_sudo=()
+	if [ "$(id -u)" -ne 0 ]; then
+		command -v sudo >/dev/null 2>&1 || { echo "deps: need root (or sudo) to apt-get install ${container_pkgs[*]}" >&2; exit 1; }
+		container_sudo=(sudo -n)
+	fi
+	"${container_sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+	"${container_sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${container_pkgs[@]}"
+	for bin in podman runc; do
+		have "$bin" || { echo "deps: $bin still missing after apt-get install" >&2; exit 1; }
+	done
+else
+	echo "deps: podman runc ca-certificates tzdata already installed"
 fi
 
 if ! have helm && [ ! -x "$($GO env GOPATH)/bin/helm" ]; then

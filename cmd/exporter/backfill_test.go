@@ -11,6 +11,7 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/edgepipe/edgepipe/internal/backfill"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
@@ -52,21 +53,40 @@ func TestParseInstant(t *testing.T) {
 // chunk is recorded, so nothing is fetched twice.
 func TestBackfillCommand(t *testing.T) {
 	ch := testenv.ClickHouse(t)
-	checkBackfillCommand(t, ch.DSN("cli"), nil, ch.Conn(t))
+	checkBackfillCommand(t, ch.DSN("cli"), "cli", nil, ch.Conn(t))
 }
 
-// TestBackfillCommandHTTPS26 is TestBackfillCommand over HTTPS to
-// ClickHouse 26.x (chDB behind testenv's server), the certificate checked
-// against --clickhouse.tls.ca-file.
-func TestBackfillCommandHTTPS26(t *testing.T) {
+// TestBackfillCommand26 is TestBackfillCommand on ClickHouse 26.x (chDB
+// behind testenv's server): over HTTPS, the certificate checked against
+// --clickhouse.tls.ca-file, and over HTTP through a proxy that loses the
+// server's answer to the first INSERT into each table, so the command
+// retries rows the server had stored: every retry carries the
+// deduplication token of the INSERT it retries, and count() equals
+// count() FINAL in the datasets' tables and the progress table.
+func TestBackfillCommand26(t *testing.T) {
 	ch := testenv.ChDB(t)
-	checkBackfillCommand(t, ch.HTTPSDSN("cli"), []string{"--clickhouse.tls.ca-file=" + ch.CAFile()}, ch.Conn(t))
+	t.Run("https", func(t *testing.T) {
+		checkBackfillCommand(t, ch.HTTPSDSN("cli"), "cli", []string{"--clickhouse.tls.ca-file=" + ch.CAFile()}, ch.Conn(t))
+	})
+	t.Run("http, answers lost", func(t *testing.T) {
+		proxy := ch.LosingProxy(t)
+		checkBackfillCommand(t, proxy.DSN("lost"), "lost", nil, ch.Conn(t))
+		for _, table := range []string{"origin_offload", "edge_errors", backfill.ProgressTable} {
+			if tokens := proxy.Tokens(table); !proxy.Lost(table) || len(tokens) < 2 || tokens[0] == "" || tokens[1] != tokens[0] {
+				t.Errorf("%s: INSERT tokens %q (an answer lost: %v): want the lost INSERT's token, and the same on its retry", table, tokens, proxy.Lost(table))
+			}
+			q := "`lost`.`" + table + "`"
+			if all, final := ch.QueryUint64(t, "SELECT count() FROM "+q), ch.QueryUint64(t, "SELECT count() FROM "+q+" FINAL"); all != final {
+				t.Errorf("%s: count() %d, count() FINAL %d: a retried INSERT stored its rows twice", table, all, final)
+			}
+		}
+	})
 }
 
-// checkBackfillCommand runs `exporter backfill` into the database cli of
+// checkBackfillCommand runs `exporter backfill` into the database db of
 // dsn twice: the first run stores every settled bucket as the simulator
 // has it, the second finds everything loaded.
-func checkBackfillCommand(t *testing.T, dsn string, flags []string, conn driver.Conn) {
+func checkBackfillCommand(t *testing.T, dsn, db string, flags []string, conn driver.Conn) {
 	sim, base := startSim(t, platformsim.Config{Seed: 5})
 	t.Setenv("EDGEPIPE_CLICKHOUSE_DSN", "")
 
@@ -121,7 +141,7 @@ func checkBackfillCommand(t *testing.T, dsn string, flags []string, conn driver.
 	}
 	var stored uint64
 	var sum float64
-	if err := conn.QueryRow(context.Background(), "SELECT count(), sum(toFloat64(requests_edge_total)) FROM cli.origin_offload FINAL WHERE time >= toDateTime(?) AND time < toDateTime(?)",
+	if err := conn.QueryRow(context.Background(), "SELECT count(), sum(toFloat64(requests_edge_total)) FROM `"+db+"`.origin_offload FINAL WHERE time >= toDateTime(?) AND time < toDateTime(?)",
 		from.Unix(), to.Unix()).Scan(&stored, &sum); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
-	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorysink"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 )
 
@@ -141,7 +141,7 @@ func (e *clickhouseExtension) setup(ctx context.Context, h *host) (parts, error)
 	if err := sink.Preflight(ctx); err != nil {
 		return parts{}, err
 	}
-	tables, err := inventorytables.New(inventorytables.Config{Schemas: sink, Logger: h.log.With("component", "clickhouse-inventory"), Registerer: h.registerer})
+	tables, err := inventorysink.New(inventorysink.Config{Schemas: sink, Logger: h.log.With("component", "clickhouse-inventory"), Registerer: h.registerer})
 	if err != nil {
 		return parts{}, err
 	}

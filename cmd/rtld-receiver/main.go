@@ -102,6 +102,7 @@ type flags struct {
 	bodyTimeout         time.Duration
 	retryAfter          time.Duration
 	gapGrace            time.Duration
+	logMetrics          logMetricsFlags
 	simulate            bool
 	simTrafficScale     float64
 	simEnvironments     int
@@ -182,6 +183,7 @@ func newCommandLine(stdout, stderr io.Writer) *flags {
 	app.Flag("ingest.retry-after", "Retry-After sent with 503 answers.").Default(rtld.DefaultRetryAfter.String()).DurationVar(&f.retryAfter)
 	app.Flag("dead-letter.max-bytes", "Size bound of the dead-letter store (<spool.dir>/dead-letter), all sinks together; rejected records that do not fit are dropped for that sink (the other sink still has them), counted in edgepipe_rtld_dead_letter_dropped_records_total and logged.").Default(units.Base2Bytes(deadletter.DefaultMaxBytes).String()).BytesVar(&f.deadLetterMaxBytes)
 	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default(receiver.DefaultGapGrace.String()).DurationVar(&f.gapGrace)
+	f.logMetrics.add(app)
 	app.Flag("simulate", "Run against the built-in platform simulator: it serves the API in-process and delivers log batches to this receiver over TLS on loopback.").BoolVar(&f.simulate)
 	app.Flag("simulate.traffic-scale", "With --simulate: multiplies the simulated traffic, the Metrics API's counts and the access logs alike (1: about 100 records/s for the first 3 environments).").
 		Default(strconv.FormatFloat(defaultSimTrafficScale, 'g', -1, 64)).Float64Var(&f.simTrafficScale)
@@ -260,6 +262,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		EnvironmentIDs:     f.platform.EnvironmentIDs,
 		GapGrace:           f.gapGrace,
 		Logger:             log,
+	}
+	if cfg.LogMetrics, err = f.logMetrics.config(); err != nil {
+		return err
 	}
 
 	p := f.platform
@@ -379,7 +384,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}, func(error) { stopRun() })
 	log.Info("rtld receiver started", "spool", f.spoolDir, "environments", len(cfg.EnvironmentIDs),
-		"kafka", cfg.Kafka != nil, "kafka_tls", f.kafkaTLS, "kafka_sasl", f.kafkaSASLMechanism, "clickhouse", cfg.ClickHouse != nil, "clickhouse_cluster", f.clickhouseCluster, "register", f.register, "simulate", f.simulate)
+		"kafka", cfg.Kafka != nil, "kafka_tls", f.kafkaTLS, "kafka_sasl", f.kafkaSASLMechanism, "clickhouse", cfg.ClickHouse != nil, "clickhouse_cluster", f.clickhouseCluster, "register", f.register, "simulate", f.simulate,
+		"log_metrics", cfg.LogMetrics != nil, "log_metrics_labels", f.logMetrics.labels)
 	err = g.Run()
 	if err == nil {
 		err = runErr

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/cli"
+	"github.com/edgepipe/edgepipe/internal/rtld/logmetrics"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -251,5 +253,47 @@ func TestHTTPDSNTo1816StopsAtStart(t *testing.T) {
 		"--clickhouse.dsn=http://" + ch.HTTPAddr() + "/cdn", "--log.level=warn"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "ClickHouse 18.16.1") || !strings.Contains(err.Error(), "clickhouse://") {
 		t.Errorf("%v, want an error naming ClickHouse 18.16.1 and the native protocol", err)
+	}
+}
+
+func TestLogMetricsFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		off     bool
+		labels  string
+		maxS    int
+		wantErr []string
+	}{
+		{args: nil, labels: "[pop]", maxS: logmetrics.DefaultMaxSeries},
+		{args: []string{"--no-log-metrics.enabled"}, off: true},
+		{args: []string{"--log-metrics.labels="}, labels: "[]", maxS: logmetrics.DefaultMaxSeries},
+		{args: []string{"--log-metrics.labels=pop, host,client_country_code", "--log-metrics.max-series=0"}, labels: "[pop host client_country_code]"},
+		{args: []string{"--log-metrics.top-n=0", "--log-metrics.top-n-window=0s", "--log-metrics.max-series=-1", "--log-metrics.series-ttl=-1h"},
+			wantErr: []string{"--log-metrics.top-n must be at least 1", "--log-metrics.top-n-window must be positive", "--log-metrics.max-series must not be negative", "--log-metrics.series-ttl must be positive"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			f, err := parseFlags(tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := f.logMetrics.config()
+			if tc.wantErr != nil {
+				testenv.CheckErr(t, err, tc.wantErr)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (c == nil) != tc.off {
+				t.Fatalf("config %+v, want off: %v", c, tc.off)
+			}
+			if c == nil {
+				return
+			}
+			if fmt.Sprint(c.Labels) != tc.labels || c.Labels == nil || c.MaxSeries != tc.maxS ||
+				c.TopN != logmetrics.DefaultTopN || c.TopNWindow != logmetrics.DefaultTopNWindow || c.SeriesTTL != logmetrics.DefaultSeriesTTL {
+				t.Errorf("config %+v, want labels %s, max series %d and the defaults", c, tc.labels, tc.maxS)
+			}
+		})
 	}
 }

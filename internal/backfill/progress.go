@@ -2,7 +2,11 @@ package backfill
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
@@ -21,8 +25,19 @@ const ProgressTable = "_edgepipe_backfill_progress"
 // exporter at a fresh database starts from scratch. A chunk is recorded only
 // after its rows are written, so a crash in between re-fetches the chunk,
 // which is harmless: the metrics tables are ReplacingMergeTrees.
+//
+// A chunk's record carries a deduplication token of the run and the chunk,
+// and a MarkDone retried after a failure writes the same row (the same
+// done_at), so a record the server had stored before the failure is not
+// stored again (22.2+).
 type ClickHouseProgress struct {
-	db *clickhouse.DB
+	db  *clickhouse.DB
+	run string // this run's identity in the tokens
+
+	mu sync.Mutex
+	// doneAt holds the done_at of chunks whose MarkDone failed, for its
+	// retry.
+	doneAt map[string]time.Time
 }
 
 // progressTable is the progress table's shape.
@@ -56,7 +71,7 @@ func NewClickHouseProgress(ctx context.Context, schema *clickhouse.Schema) (*Cli
 	if _, err := schema.Ensure(ctx, ProgressTableSpec()); err != nil {
 		return nil, fmt.Errorf("create backfill progress table: %w", err)
 	}
-	return &ClickHouseProgress{db: schema.DB()}, nil
+	return &ClickHouseProgress{db: schema.DB(), run: strconv.FormatInt(time.Now().UnixNano(), 10), doneAt: map[string]time.Time{}}, nil
 }
 
 // Completed returns the IDs of every chunk recorded as done.
@@ -83,10 +98,26 @@ func (p *ClickHouseProgress) Completed(ctx context.Context) (map[string]bool, er
 // MarkDone records chunk c as loaded with rows rows.
 func (p *ClickHouseProgress) MarkDone(ctx context.Context, c Chunk, rows int) error {
 	r := c.Request
-	return p.db.Insert(ctx, ProgressTable,
+	p.mu.Lock()
+	at, retry := p.doneAt[c.ID]
+	if !retry {
+		at = time.Now().UTC()
+	}
+	p.mu.Unlock()
+	h := sha256.Sum256([]byte(p.run + "\x00" + c.ID + "\x00" + strconv.Itoa(rows)))
+	ctx = clickhouse.WithDeduplicationToken(ctx, "edgepipe-backfill-"+hex.EncodeToString(h[:16]))
+	err := p.db.Insert(ctx, ProgressTable,
 		[]string{"chunk", "dataset", "granularity", "start", "end", "environments", "rows", "done_at"},
 		[][]any{{c.ID, r.Dataset, string(r.Granularity), r.Start.UTC(), r.End.UTC(),
-			uint32(len(r.Environments)), uint64(rows), time.Now().UTC()}})
+			uint32(len(r.Environments)), uint64(rows), at}})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.doneAt[c.ID] = at
+	} else {
+		delete(p.doneAt, c.ID)
+	}
+	return err
 }
 
 // Fresh wraps a Progress so that earlier runs are ignored (every chunk is

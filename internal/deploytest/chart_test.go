@@ -156,6 +156,9 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("--inventory.interval = %q, want the exporter's default %s", v, inventory.DefaultInterval)
 	}
 	assertExporterState(t, m, exporter, false)
+	if got := logMetricsArgs(workloadOf(t, m, "StatefulSet", "ci-edgepipe-receiver").Spec.Template.Spec.Containers[0]); len(got) != 0 {
+		t.Errorf("default values pass %v: the receiver's defaults must apply", got)
+	}
 	assertReceiverSpool(t, m, 2)
 	assertReceiverSizes(t, m)
 	assertPods(t, m, "HTTP")
@@ -246,6 +249,9 @@ func TestChartProduction(t *testing.T) {
 	}
 	assertReceiverSpool(t, m, -1)
 	assertReceiverSizes(t, m)
+	if got := strings.Join(logMetricsArgs(rc), " "); got != "--log-metrics.labels=pop,host --log-metrics.top-n=10 --log-metrics.max-series=100000" {
+		t.Errorf("receiver log metrics arguments %q", got)
+	}
 
 	var hpa struct {
 		Spec struct {
@@ -494,6 +500,10 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"config and existing ConfigMap", []string{"exporter.config.prefix=cdn", "exporter.existingConfigMap=mine"}, "not both"},
 		{"negative series budget", []string{"exporter.maxSeries=-1"}, "maxSeries"},
 		{"inventory interval not a duration", []string{"exporter.inventoryInterval=1 hour"}, "inventoryInterval"},
+		{"unknown log metrics label", []string{"receiver.logMetrics.labels={pop,path}"}, "logMetrics/labels"},
+		{"log metrics top 0", []string{"receiver.logMetrics.topN=0"}, "topN"},
+		{"negative log metrics budget", []string{"receiver.logMetrics.maxSeries=-1"}, "maxSeries"},
+		{"log metrics TTL not a duration", []string{"receiver.logMetrics.seriesTTL=1d"}, "seriesTTL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", releaseName, chartDir, "--kube-version", kubeVersion}
@@ -515,6 +525,38 @@ func TestChartRejectsBadValues(t *testing.T) {
 			t.Errorf("sharding accepted on Kubernetes 1.27 (err %v)", err)
 		}
 	})
+}
+
+// TestChartLogMetrics: receiver.logMetrics becomes the --log-metrics.*
+// flags; empty values leave the receiver's defaults.
+func TestChartLogMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		name, values, want string
+	}{
+		{"off", "enabled: false\nlabels: [host]", "--no-log-metrics.enabled"},
+		{"no optional label", "labels: []", "--log-metrics.labels="},
+		{"every setting", "labels: [client_country_code]\ntopN: 5\ntopNWindow: 30m\nmaxSeries: 0\nseriesTTL: 6h",
+			"--log-metrics.labels=client_country_code --log-metrics.top-n=5 --log-metrics.top-n-window=30m --log-metrics.max-series=0 --log-metrics.series-ttl=6h"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := render(t, valuesFile(t, "receiver:\n  logMetrics:\n"+indent(tc.values, 4)+"\n"))
+			c := workloadOf(t, m, "StatefulSet", "ci-edgepipe-receiver").Spec.Template.Spec.Containers[0]
+			if got := strings.Join(logMetricsArgs(c), " "); got != tc.want {
+				t.Errorf("arguments %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// logMetricsArgs returns the container's --log-metrics.* arguments.
+func logMetricsArgs(c container) []string {
+	var out []string
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--log-metrics.") || strings.HasPrefix(a, "--no-log-metrics.") {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // TestChartDashboardsMatchSources checks the chart's copy of the dashboards

@@ -3,6 +3,7 @@ package deploytest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -12,6 +13,8 @@ import (
 	"unicode"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
 // valuesFile writes a values file for render and returns its path.
@@ -318,6 +321,25 @@ func TestChartImageDigest(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestChartImageIsMakeImage checks the chart deploys by default the image
+// `make image` tags at a release (VERSION, which is the chart's
+// appVersion): the same repository, and the version without its "v".
+func TestChartImageIsMakeImage(t *testing.T) {
+	cmd := exec.Command(testenv.Binary(t, "make"), "-s", "--no-print-directory", "-C", "../..", "image-ref", "VERSION=v"+releaseVersion(t))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make image-ref: %v", err)
+	}
+	ref := strings.TrimSpace(string(out))
+	for key, w := range render(t).workloads(t) {
+		for _, c := range w.Spec.Template.Spec.Containers {
+			if c.Image != ref {
+				t.Errorf("%s container %s: image %q, `make image` tags %q", key, c.Name, c.Image, ref)
+			}
+		}
 	}
 }
 

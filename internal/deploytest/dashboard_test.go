@@ -3,6 +3,7 @@ package deploytest
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,7 +13,8 @@ import (
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
-
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -352,6 +354,68 @@ func TestDashboardSQLRuns(t *testing.T) {
 		t.Fatal("no ClickHouse queries found")
 	}
 	t.Logf("%d SQL queries run", n)
+	receiverOnly(ctx, t, ch.DSN(ch.NewDatabase(t)))
+}
+
+// receiverOnly runs every ClickHouse query of the dashboards on a database
+// only the receiver writes (no exporter ClickHouse sink: nothing writes the
+// environments table): the tables as the receiver's sink makes them at its
+// start (logtable.Sink.Check), filled with access logs. Every query must
+// run and return rows, and environments show their IDs.
+func receiverOnly(ctx context.Context, t *testing.T, dsn string) {
+	t.Helper()
+	sink, err := logtable.New(logtable.Config{DSN: dsn, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	if err := sink.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db, err := clickhouse.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Exec(ctx, accessLogRows(db, 400, time.Now().Truncate(time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	n := runSQLQueries(t, db.Conn(), loadDashboards(t), []Values{testValues(), allSelected(testValues())})
+	if n == 0 {
+		t.Fatal("no ClickHouse queries found")
+	}
+	var names uint64
+	if err := db.Conn().QueryRow(ctx, "SELECT count() FROM "+db.Table(inventorytables.TableEnvironments)).Scan(&names); err != nil || names != 0 {
+		t.Errorf("receiver-only environments table: %d rows, %v; want it there and empty", names, err)
+	}
+	// Names fall back to the IDs.
+	d := dashboardFile(t, "access-logs.json")
+	qs, err := d.Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Where != "variable environment_id" {
+			continue
+		}
+		sql, err := Expand(d, q, allSelected(testValues()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := resultText(ctx, db.Conn(), sql)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each environment's option is its ID, shown as its ID.
+		var want []string
+		for _, id := range []string{"env-a", "env-b"} {
+			want = append(want, id+"\t"+id)
+		}
+		if got != strings.Join(want, "\n") {
+			t.Errorf("receiver only: %s gives\n%s\nwant\n%s", q.Where, got, strings.Join(want, "\n"))
+		}
+	}
+	t.Logf("receiver only: %d SQL queries run on ClickHouse %s", n, db.Version())
 }
 
 // TestDashboardSQLRuns26 is TestDashboardSQLRuns on ClickHouse 26.x (chDB
@@ -378,6 +442,19 @@ func TestDashboardSQLRuns26(t *testing.T) {
 		t.Fatal("no ClickHouse queries found")
 	}
 	t.Logf("%d SQL queries run on ClickHouse %s", n, db.Version())
+	receiverOnly(ctx, t, srv.DSN("dashboards_receiver_only"))
+}
+
+// dashboardFile returns the dashboard of file name.
+func dashboardFile(t *testing.T, name string) Dashboard {
+	t.Helper()
+	for _, d := range loadDashboards(t) {
+		if d.File == name {
+			return d
+		}
+	}
+	t.Fatalf("no dashboard %s", name)
+	return Dashboard{}
 }
 
 // allSelected returns v with every variable in "All".

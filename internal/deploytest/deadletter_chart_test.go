@@ -1,6 +1,7 @@
 package deploytest
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -74,4 +75,48 @@ tests:
           - exp_labels: {severity: critical, namespace: edgepipe, pod: ci-edgepipe-receiver-0, sink: clickhouse}
 `
 	promtoolTestRules(t, out, []byte(tests))
+}
+
+// TestChartLogMetricsSeriesLimitAlert: records left out of the log metrics
+// by the series budget for 15 minutes fire
+// EdgepipeLogMetricsSeriesLimitReached for their environment; a budget
+// reached once, then no longer, does not; another namespace's receiver is
+// not ours.
+func TestChartLogMetricsSeriesLimitAlert(t *testing.T) {
+	ruleFile, rules := alertRules(t)
+	r := rules["EdgepipeLogMetricsSeriesLimitReached"]
+	if r == nil {
+		t.Fatal("the chart has no EdgepipeLogMetricsSeriesLimitReached alert")
+	}
+	series := func(ns, env, values string) map[string]string {
+		return map[string]string{"series": fmt.Sprintf(`edgepipe_rtld_log_metrics_dropped_records_total{namespace=%q,pod="ci-edgepipe-receiver-0",environment_id=%q}`, ns, env),
+			"values": values}
+	}
+	labels := map[string]string{"namespace": "edgepipe", "pod": "ci-edgepipe-receiver-0", "environment_id": "env-a"}
+	ann := map[string]string{}
+	for k, v := range r["annotations"].(map[string]any) {
+		ann[k] = expand(fmt.Sprint(v), labels)
+	}
+	exp := map[string]string{"severity": "warning"}
+	for k, v := range labels {
+		exp[k] = v
+	}
+	tests := map[string]any{
+		"rule_files":          []string{"rules.yml"},
+		"evaluation_interval": "1m",
+		"tests": []map[string]any{{
+			"interval": "1m",
+			"input_series": []map[string]string{
+				series("edgepipe", "env-a", "0+40x60"), // refused at every scrape
+				series("edgepipe", "env-b", "0 7x59"),  // once, then room
+				series("other", "env-a", "0+40x60"),
+			},
+			"alert_rule_test": []map[string]any{
+				{"eval_time": "10m", "alertname": "EdgepipeLogMetricsSeriesLimitReached", "exp_alerts": []any{}}, // pending
+				{"eval_time": "40m", "alertname": "EdgepipeLogMetricsSeriesLimitReached",
+					"exp_alerts": []any{map[string]any{"exp_labels": exp, "exp_annotations": ann}}},
+			},
+		}},
+	}
+	promtoolTestRules(t, ruleFile, tests)
 }

@@ -156,7 +156,7 @@ func (d *demoRun) stop(t *testing.T, ctrlC bool) {
 // the Prometheus it prints has both programs' targets up (the receiver's
 // over TLS, verified against the demo's certificate) and exactly the
 // chart's alerts loaded and evaluating, that the chart's alert selectors
-// match the demo's targets, that the three queries it prints return data
+// match the demo's targets, that the four queries it prints return data
 // and that the binaries carry `make version`'s stamp; then stops it and
 // checks nothing it started is left. A second run without Prometheus shows
 // the demo still needs nothing but Go.
@@ -265,8 +265,8 @@ func TestMakeDemo(t *testing.T) {
 			t.Fatalf("the demo prints no queries:\n%s", out)
 		}
 		queries := regexp.MustCompile(`(?m)^    (\S.*)$`).FindAllStringSubmatch(out[at:], -1)
-		if len(queries) != 3 {
-			t.Fatalf("the demo prints %d queries, want 3:\n%s", len(queries), out)
+		if len(queries) != 4 {
+			t.Fatalf("the demo prints %d queries, want 4:\n%s", len(queries), out)
 		}
 		for _, q := range queries {
 			waitFor(t, 90*time.Second, func(ctx context.Context) error {

@@ -3,7 +3,9 @@
 // helm binary, the rendered objects asserted), the Grafana dashboards in
 // dashboards/ (every query target extracted, its variables and macros
 // substituted, and run against a real Prometheus and ClickHouse), the
-// Dockerfile (built the same way as `make build`), the version stamp, and
+// Dockerfile (built the same way as `make build`, and describing the same
+// image as `make image`), the container image (`make image` run, and the
+// image run in podman as the chart runs it), the version stamp, and
 // `make demo` (run, and its Prometheus checked through its API).
 //
 // The non-test code of the package is the dashboard model: reading the JSON

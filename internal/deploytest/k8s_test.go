@@ -69,12 +69,13 @@ type workload struct {
 }
 
 type podSpec struct {
-	ServiceAccountName           string          `yaml:"serviceAccountName"`
-	AutomountServiceAccountToken *bool           `yaml:"automountServiceAccountToken"`
-	SecurityContext              securityContext `yaml:"securityContext"`
-	Containers                   []container     `yaml:"containers"`
-	InitContainers               []container     `yaml:"initContainers"`
-	Volumes                      []struct {
+	ServiceAccountName            string          `yaml:"serviceAccountName"`
+	AutomountServiceAccountToken  *bool           `yaml:"automountServiceAccountToken"`
+	TerminationGracePeriodSeconds *int            `yaml:"terminationGracePeriodSeconds"`
+	SecurityContext               securityContext `yaml:"securityContext"`
+	Containers                    []container     `yaml:"containers"`
+	InitContainers                []container     `yaml:"initContainers"`
+	Volumes                       []struct {
 		Name   string `yaml:"name"`
 		Secret *struct {
 			SecretName string `yaml:"secretName"`
@@ -90,6 +91,7 @@ type podSpec struct {
 type securityContext struct {
 	RunAsNonRoot             *bool  `yaml:"runAsNonRoot"`
 	RunAsUser                *int64 `yaml:"runAsUser"`
+	RunAsGroup               *int64 `yaml:"runAsGroup"`
 	ReadOnlyRootFilesystem   *bool  `yaml:"readOnlyRootFilesystem"`
 	AllowPrivilegeEscalation *bool  `yaml:"allowPrivilegeEscalation"`
 	Privileged               *bool  `yaml:"privileged"`

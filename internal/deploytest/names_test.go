@@ -424,12 +424,7 @@ func TestDashboardSQLNames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var d Dashboard
-	for _, x := range loadDashboards(t) {
-		if x.File == "access-logs.json" {
-			d = x
-		}
-	}
+	d := dashboardFile(t, "access-logs.json")
 	qs, err := d.Queries()
 	if err != nil {
 		t.Fatal(err)

@@ -78,6 +78,8 @@ type IngestConfig struct {
 	// AllowEnvironment reports whether batches for an environment are
 	// accepted (404 otherwise). Nil accepts every environment.
 	AllowEnvironment func(environmentID string) bool
+	// Observer, when set, is told about every batch made durable.
+	Observer SpoolObserver
 }
 
 // WithDefaults returns c with every zero field set to its default. It is
@@ -351,6 +353,9 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	in.metrics.batches.WithLabelValues(StatusAccepted).Inc()
 	in.metrics.records.WithLabelValues(StatusAccepted).Add(float64(n))
 	in.metrics.bytes.WithLabelValues(StatusAccepted).Add(float64(wire.n))
+	if in.cfg.Observer != nil {
+		in.cfg.Observer.ObserveSpooled(batch)
+	}
 	in.reply(w, http.StatusOK, map[string]any{"status": StatusAccepted, "records": n})
 	in.metrics.ackLatency.Observe(time.Since(start).Seconds())
 }

@@ -64,7 +64,7 @@ type result struct {
 	// pollMean is the mean poll duration over datasets and measured
 	// cycles, pollMax the slowest dataset's mean.
 	pollMean, pollMax time.Duration
-	series            int     // cdn series in a scrape
+	series            int     // dataset series in a scrape (isDatasetFamily)
 	dropped           float64 // edgepipe_series_limit_dropped_total, summed
 	scrape            time.Duration
 	wireBytes, bytes  int
@@ -529,12 +529,24 @@ func scrape(tb testing.TB, url string) scraped {
 	}
 	s := scraped{took: took, wire: len(body), raw: len(raw)}
 	for name, mf := range mfs {
-		if !strings.HasPrefix(name, "edgepipe_") && !strings.HasPrefix(name, "go_") && !strings.HasPrefix(name, "process_") &&
-			!strings.HasPrefix(name, "promhttp_") {
+		if isDatasetFamily(name) {
 			s.series += len(mf.Metric)
 		}
 	}
 	return s
+}
+
+// isDatasetFamily reports whether the metric family name is one of the
+// datasets' series, which --prometheus.max-series bounds: not a
+// self-metric, nor the inventory's environment and certificate series,
+// which come on top of the budget.
+func isDatasetFamily(name string) bool {
+	for _, p := range []string{"edgepipe_", "go_", "process_", "promhttp_", "cdn_environment_info", "cdn_tls_certificate_"} {
+		if strings.HasPrefix(name, p) {
+			return false
+		}
+	}
+	return true
 }
 
 // memory returns the process's resident and peak resident memory.

@@ -252,6 +252,19 @@ func (s *ChDBServer) QueryUint64(t testing.TB, sql string) uint64 {
 	return n
 }
 
+// QueryString runs a query returning one string and fails the test on
+// error.
+func (s *ChDBServer) QueryString(t testing.TB, sql string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var v string
+	if err := s.Conn(t).QueryRow(ctx, sql).Scan(&v); err != nil {
+		t.Fatalf("testenv: chdb query %q: %v", sql, err)
+	}
+	return v
+}
+
 // Kill SIGKILLs the server, as a crash would; data and ports are kept for
 // Start. Kill is also the cleanup.
 func (s *ChDBServer) Kill() {

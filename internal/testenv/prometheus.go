@@ -89,6 +89,11 @@ type PrometheusOptions struct {
 	// series' newest one is appended instead of refused as out of order.
 	// 0 keeps Prometheus's default (no out-of-order ingestion).
 	OutOfOrderTimeWindow time.Duration
+	// EnableFeatures are passed as --enable-feature, e.g.
+	// "native-histograms": Prometheus 2.42 then scrapes the protobuf format
+	// and stores a histogram with native buckets as a native histogram only
+	// (its classic buckets are not stored).
+	EnableFeatures []string
 }
 
 // PrometheusWith starts Prometheus configured by opts, waits for /-/ready
@@ -114,6 +119,9 @@ func PrometheusWith(t testing.TB, opts PrometheusOptions) *PrometheusServer {
 		}
 		if opts.RemoteWriteReceiver {
 			args = append(args, "--web.enable-remote-write-receiver")
+		}
+		if len(opts.EnableFeatures) > 0 {
+			args = append(args, "--enable-feature="+strings.Join(opts.EnableFeatures, ","))
 		}
 		p, err := startProcess("prometheus", logPath, bin, args...)
 		if err != nil {

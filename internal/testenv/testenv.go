@@ -14,6 +14,10 @@
 // the environment variable CI is "true": then it fails the test, so CI never
 // passes by skipping the integration tests.
 //
+// NewPodman gives a test Debian's podman (runtime runc) with a configuration,
+// storage and locks of its own, for tests that build and run edgepipe's
+// container image.
+//
 // GoBuild builds edgepipe's own commands, once per test binary, for tests
 // that run them as processes; such a package runs its tests through Main.
 // TmpFS mounts a small tmpfs for tests that run a disk full for real.

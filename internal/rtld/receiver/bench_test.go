@@ -24,6 +24,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/logmetrics"
 	"github.com/edgepipe/edgepipe/internal/rtld/receiver"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
@@ -193,6 +194,9 @@ func driveWith(b *testing.B, client *http.Client, clients int, url string, l ben
 // BenchmarkIngest compares, on the same load in the same run:
 //   - bare: a net/http server that only gunzips and decodes each batch;
 //   - spool: the receiver with durability (fsync, group commit) and no sink;
+//   - spool-no-log-metrics: the same with --no-log-metrics.enabled (the
+//     other receiver runs have the log metrics on, as the program does by
+//     default), for the CPU per record the log metrics cost;
 //   - kafka, clickhouse: the receiver with one sink (kfake in-process, or
 //     ClickHouse 18.16), timed until the sink acknowledged every record;
 //   - kafka+clickhouse: the receiver delivering to both, timed until both
@@ -206,12 +210,15 @@ func BenchmarkIngest(b *testing.B) {
 		defer srv.Close()
 		drive(b, srv.URL+"/ingest/env", l, func() bool { return true })
 	})
-	run := func(b *testing.B, withKafka, withClickHouse bool) {
+	run := func(b *testing.B, withKafka, withClickHouse, withLogMetrics bool) {
 		l := makeLoad(b, b.N)
 		cfg := receiver.Config{
 			SpoolDir: b.TempDir(), SpoolMaxBytes: 8 << 30,
 			Ingest: rtld.IngestConfig{Username: "bench", Password: "bench", MaxInFlight: 64},
 			Logger: slog.New(slog.DiscardHandler),
+		}
+		if withLogMetrics {
+			cfg.LogMetrics = &logmetrics.Config{MaxSeries: logmetrics.DefaultMaxSeries}
 		}
 		if withClickHouse {
 			ch := testenv.ClickHouse(b)
@@ -247,10 +254,11 @@ func BenchmarkIngest(b *testing.B) {
 			return true
 		})
 	}
-	b.Run("spool", func(b *testing.B) { run(b, false, false) })
-	b.Run("kafka", func(b *testing.B) { run(b, true, false) })
-	b.Run("clickhouse", func(b *testing.B) { run(b, false, true) })
-	b.Run("kafka+clickhouse", func(b *testing.B) { run(b, true, true) })
+	b.Run("spool", func(b *testing.B) { run(b, false, false, true) })
+	b.Run("spool-no-log-metrics", func(b *testing.B) { run(b, false, false, false) })
+	b.Run("kafka", func(b *testing.B) { run(b, true, false, true) })
+	b.Run("clickhouse", func(b *testing.B) { run(b, false, true, true) })
+	b.Run("kafka+clickhouse", func(b *testing.B) { run(b, true, true, true) })
 }
 
 // processCPU returns the user+system CPU time this process has used.

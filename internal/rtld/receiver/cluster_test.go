@@ -2,10 +2,8 @@ package receiver_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -20,7 +18,9 @@ import (
 // receiver killed with SIGKILL in the middle, land exactly once: count()
 // under FINAL and uniqExact(uuid) through the Distributed table are 2,000,
 // read through another node than the receiver writes to; both shards hold
-// records, and each shard's replicas hold the same rows.
+// records, and each shard's replicas hold the same rows. The receiver also
+// makes the environments table the Access logs dashboard joins, on every
+// node.
 func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 	const total = 2_000
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -29,43 +29,20 @@ func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 	c := testenv.ClickHouseCluster(t, testenv.ClusterOptions{Shards: 2, Replicas: 2})
 	const db = "logs"
 	cert := newTestCert(t)
-	sim, err := platformsim.New(platformsim.Config{
+	sim, apiURL := startSimulator(t, cert, platformsim.Config{
 		Seed: 5, Properties: 1, Environments: 1,
 		Delivery: platformsim.DeliveryConfig{
 			BatchSize: 50, AgentsPerEnvironment: 3, RetryInterval: 100 * time.Millisecond,
 			RequestTimeout: 10 * time.Second,
-			TLSConfig:      &tls.Config{RootCAs: cert.pool},
 			Faults:         platformsim.DeliveryFaults{DropAckPercent: 10},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	apiURL, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	env := sim.EnvironmentIDs()[0]
-	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
-	base := "https://" + addr
-	p := startReceiver(t,
-		[]string{
-			"--api.url=" + apiURL, "--auth.url=" + apiURL, "--environment-id=" + env,
-			"--public-url=" + base, "--web.listen-address=" + addr, "--web.config.file=" + cert.webConfig(t),
-			"--clickhouse.dsn=" + c.Node(1, 1).DSN(db), "--clickhouse.cluster=" + c.Name,
-			"--spool.dir=" + filepath.Join(t.TempDir(), "spool"),
-		},
-		[]string{
-			"EDGEPIPE_CLIENT_ID=" + platformsim.DemoClientID, "EDGEPIPE_CLIENT_SECRET=" + platformsim.DemoClientSecret,
-			"EDGEPIPE_RTLD_USERNAME=platform", "EDGEPIPE_RTLD_PASSWORD=correct horse",
-		},
+	p, _ := startSimulatedReceiver(t, cert, apiURL, []string{env},
+		"--clickhouse.dsn="+c.Node(1, 1).DSN(db), "--clickhouse.cluster="+c.Name,
+		"--spool.dir="+filepath.Join(t.TempDir(), "spool"),
 	)
-	var profile int64
-	waitFor(t, "the receiver to register its profile", 30*time.Second, func() bool {
-		profile, err = profileID(ctx, t, apiURL, env)
-		return err == nil
-	})
+	profile := waitProfile(ctx, t, apiURL, env)
 
 	reader := c.Node(2, 1).Conn(t) // not the node the receiver writes to
 	counts := func() (final, uuids uint64, err error) {
@@ -87,6 +64,7 @@ func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 		generated <- nil
 	}()
 	var atKill uint64
+	var err error
 	waitFor(t, "records in ClickHouse before the crash", 60*time.Second, func() bool {
 		atKill, _, err = counts()
 		return err == nil && atKill >= 200
@@ -139,5 +117,24 @@ func TestClusterExactlyOnceThroughCrash(t *testing.T) {
 				t.Errorf("shard %d: %s holds %d rows, %s %d", shard, c.Shard(shard)[0].ReplicaName, first, n.ReplicaName, got)
 			}
 		}
+	}
+
+	// The environments table the Access logs dashboard joins for names,
+	// made by the receiver alone in its cluster form on every node, empty:
+	// the dashboard's join names the environment by its ID.
+	for _, n := range c.Nodes {
+		var engines string
+		if err := n.Conn(t).QueryRow(ctx, "SELECT arrayStringConcat(groupArray(concat(name, ' ', engine)), ', ') FROM (SELECT name, engine FROM system.tables WHERE database = '"+
+			db+"' AND name LIKE 'environments%' ORDER BY name)").Scan(&engines); err != nil {
+			t.Fatal(err)
+		}
+		if engines != "environments Distributed, environments_local ReplicatedReplacingMergeTree" {
+			t.Errorf("%s: environments tables %q", n.ReplicaName, engines)
+		}
+	}
+	var name string
+	if err := reader.QueryRow(ctx, fmt.Sprintf("SELECT if(env_name = '', environment_id, env_name) FROM (SELECT DISTINCT environment_id FROM %[1]s.access_logs) AS logs "+
+		"ANY LEFT JOIN (SELECT environment_id, environment AS env_name FROM %[1]s.environments FINAL) AS names USING environment_id", db)).Scan(&name); err != nil || name != env {
+		t.Errorf("environment named %q (%v) through the receiver's environments table, want its ID %s", name, err, env)
 	}
 }

@@ -1,14 +1,18 @@
 package receiver
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/edgepipe/edgepipe/internal/testenv"
-
 	"github.com/edgepipe/edgepipe/internal/rtld"
+	"github.com/edgepipe/edgepipe/internal/rtld/logmetrics"
+	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
 func TestConfigWithDefaults(t *testing.T) {
@@ -53,5 +57,28 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := New(Config{SpoolDir: t.TempDir(), GapGrace: -time.Second}); err == nil || !strings.Contains(err.Error(), "invalid configuration") {
 		t.Errorf("New with a negative GapGrace: %v", err)
+	}
+	// The log metrics' settings are checked before anything is opened.
+	dir := filepath.Join(t.TempDir(), "spool")
+	_, err := New(Config{SpoolDir: dir, LogMetrics: &logmetrics.Config{Labels: []string{"path"}, MaxSeries: -1}})
+	testenv.CheckErr(t, err, []string{"log metrics", `label "path"`, "MaxSeries -1"})
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused configuration created the spool: %v", err)
+	}
+}
+
+func TestWithLogMetricsFields(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		fields, labels []string
+		want           string
+	}{
+		{nil, nil, "[]"}, // every field the platform lists
+		{[]string{"uuid", "pop", "status_code"}, nil, "[uuid pop status_code cache_status bytes_out total_time]"},
+		{[]string{"uuid"}, []string{logmetrics.LabelHost}, "[uuid status_code cache_status bytes_out total_time host]"},
+	} {
+		if got := fmt.Sprint(withLogMetricsFields(tc.fields, tc.labels, log)); got != tc.want {
+			t.Errorf("fields %v, labels %v: %s, want %s", tc.fields, tc.labels, got, tc.want)
+		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -36,39 +35,19 @@ func TestEndToEndExactlyOnceThroughCrashesAndOutages(t *testing.T) {
 	topic := "cdn-access-logs"
 	cert := newTestCert(t)
 
-	sim, err := platformsim.New(platformsim.Config{
+	sim, apiURL := startSimulator(t, cert, platformsim.Config{
 		Seed: 7, Properties: 1, Environments: 1,
 		Delivery: platformsim.DeliveryConfig{
 			BatchSize: 500, AgentsPerEnvironment: 3, RetryInterval: 100 * time.Millisecond,
 			RequestTimeout: 10 * time.Second,
-			TLSConfig:      &tls.Config{RootCAs: cert.pool},
 			Faults:         platformsim.DeliveryFaults{DropAckPercent: 5},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	apiURL, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	env := sim.EnvironmentIDs()[0]
-	port := testenv.FreePort(t)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	base := "https://" + addr
-	p := startReceiver(t,
-		[]string{
-			"--api.url=" + apiURL, "--auth.url=" + apiURL, "--environment-id=" + env,
-			"--public-url=" + base, "--web.listen-address=" + addr, "--web.config.file=" + cert.webConfig(t),
-			"--kafka.brokers=" + kafka.Addr(), "--kafka.topic=" + topic, "--kafka.partitions=3",
-			"--clickhouse.dsn=" + ch.DSN(db), "--spool.dir=" + filepath.Join(t.TempDir(), "spool"),
-			"--spool.segment-bytes=4MiB", "--ingest.max-decoded-bytes=8MiB", "--ingest.max-body-bytes=4MiB",
-		},
-		[]string{
-			"EDGEPIPE_CLIENT_ID=" + platformsim.DemoClientID, "EDGEPIPE_CLIENT_SECRET=" + platformsim.DemoClientSecret,
-			"EDGEPIPE_RTLD_USERNAME=platform", "EDGEPIPE_RTLD_PASSWORD=correct horse",
-		},
+	p, base := startSimulatedReceiver(t, cert, apiURL, []string{env},
+		"--kafka.brokers="+kafka.Addr(), "--kafka.topic="+topic, "--kafka.partitions=3",
+		"--clickhouse.dsn="+ch.DSN(db), "--spool.dir="+filepath.Join(t.TempDir(), "spool"),
+		"--spool.segment-bytes=4MiB", "--ingest.max-decoded-bytes=8MiB", "--ingest.max-body-bytes=4MiB",
 	)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cert.pool}}, Timeout: 30 * time.Second}
 	metrics := base + "/metrics"
@@ -76,11 +55,7 @@ func TestEndToEndExactlyOnceThroughCrashesAndOutages(t *testing.T) {
 		return scrape(client, metrics, `edgepipe_rtld_records_received_total{status="accepted"}`)
 	}
 
-	var profile int64
-	waitFor(t, "the receiver to register its profile", 30*time.Second, func() bool {
-		profile, err = profileID(ctx, t, apiURL, env)
-		return err == nil
-	})
+	profile := waitProfile(ctx, t, apiURL, env)
 
 	// Phase 1: a crash in the middle of a delivery.
 	if err := sim.DeliverRecords(ctx, profile, 20_000); err != nil {
@@ -212,17 +187,17 @@ func TestEndToEndExactlyOnceThroughCrashesAndOutages(t *testing.T) {
 	before := accepted()
 	ingest := base + "/ingest/" + env
 	good := gzipBytes(t, []byte(`[{"uuid":"refused"}]`))
-	if code, body := postBatch(t, client, ingest, "platform", "wrong", good, true); code != http.StatusUnauthorized {
+	if code, body := postBatch(t, client, ingest, simRTLDUser, "wrong", good, true); code != http.StatusUnauthorized {
 		t.Errorf("wrong password: %d %s", code, body)
 	}
-	if code, body := postBatch(t, client, ingest, "platform", "correct horse", gzipBytes(t, []byte(`[{"uuid":`)), true); code != http.StatusBadRequest {
+	if code, body := postBatch(t, client, ingest, simRTLDUser, simRTLDPass, gzipBytes(t, []byte(`[{"uuid":`)), true); code != http.StatusBadRequest {
 		t.Errorf("malformed body: %d %s", code, body)
 	}
-	if code, body := postBatch(t, client, ingest, "platform", "correct horse", make([]byte, 5<<20), false); code != http.StatusRequestEntityTooLarge {
+	if code, body := postBatch(t, client, ingest, simRTLDUser, simRTLDPass, make([]byte, 5<<20), false); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversized body: %d %s", code, body)
 	}
 	heapBefore := scrape(client, metrics, "go_memstats_heap_sys_bytes")
-	if code, body := postBatch(t, client, ingest, "platform", "correct horse", gzipBomb(t, 256), true); code != http.StatusRequestEntityTooLarge {
+	if code, body := postBatch(t, client, ingest, simRTLDUser, simRTLDPass, gzipBomb(t, 256), true); code != http.StatusRequestEntityTooLarge {
 		t.Errorf("gzip bomb: %d %s", code, body)
 	}
 	heapAfter := scrape(client, metrics, "go_memstats_heap_sys_bytes")

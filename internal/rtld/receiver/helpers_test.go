@@ -315,3 +315,59 @@ func waitReady(t testing.TB, client *http.Client, base string) {
 		return resp.StatusCode == http.StatusOK
 	})
 }
+
+// The basic credentials of the receivers startSimulatedReceiver starts.
+const (
+	simRTLDUser = "platform"
+	simRTLDPass = "correct horse"
+)
+
+// startSimulator starts the platform simulator configured by cfg on
+// loopback, its deliveries trusting cert, and returns it with its API URL;
+// it is closed when the test ends.
+func startSimulator(t testing.TB, cert testCert, cfg platformsim.Config) (*platformsim.Server, string) {
+	t.Helper()
+	cfg.Delivery.TLSConfig = &tls.Config{RootCAs: cert.pool}
+	sim, err := platformsim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	apiURL, err := sim.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, apiURL
+}
+
+// startSimulatedReceiver starts the receiver binary registering its
+// profiles for envs in the simulator at apiURL and serving https with cert
+// on a free loopback port, with the flags extra besides; it returns the
+// process and the receiver's base URL.
+func startSimulatedReceiver(t testing.TB, cert testCert, apiURL string, envs []string, extra ...string) (*receiverProcess, string) {
+	t.Helper()
+	addr := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
+	base := "https://" + addr
+	args := append([]string{
+		"--api.url=" + apiURL, "--auth.url=" + apiURL, "--environment-id=" + strings.Join(envs, ","),
+		"--public-url=" + base, "--web.listen-address=" + addr, "--web.config.file=" + cert.webConfig(t),
+	}, extra...)
+	p := startReceiver(t, args, []string{
+		"EDGEPIPE_CLIENT_ID=" + platformsim.DemoClientID, "EDGEPIPE_CLIENT_SECRET=" + platformsim.DemoClientSecret,
+		"EDGEPIPE_RTLD_USERNAME=" + simRTLDUser, "EDGEPIPE_RTLD_PASSWORD=" + simRTLDPass,
+	})
+	return p, base
+}
+
+// waitProfile waits for the receiver's profile in env to appear in the
+// simulator at apiURL and returns its ID.
+func waitProfile(ctx context.Context, t testing.TB, apiURL, env string) int64 {
+	t.Helper()
+	var id int64
+	waitFor(t, "the receiver to register its profile in "+env, 30*time.Second, func() bool {
+		var err error
+		id, err = profileID(ctx, t, apiURL, env)
+		return err == nil
+	})
+	return id
+}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/rtld"
 	"github.com/edgepipe/edgepipe/internal/rtld/deadletter"
 	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
+	"github.com/edgepipe/edgepipe/internal/rtld/logmetrics"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
@@ -52,6 +54,9 @@ type Config struct {
 	Kafka *kafkasink.Config
 	// ClickHouse enables the ClickHouse sink when not nil.
 	ClickHouse *logtable.Config
+	// LogMetrics enables the live traffic metrics of the accepted records
+	// (cdn_logs_*) when not nil.
+	LogMetrics *logmetrics.Config
 	// ProfileAPI and Registrar enable profile registration when both are set.
 	ProfileAPI rtld.ProfileAPI
 	Registrar  *rtld.RegistrarConfig
@@ -169,6 +174,15 @@ func New(cfg Config) (_ *Receiver, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("rtld receiver: invalid configuration: %w", err)
 	}
+	var lm *logmetrics.Metrics
+	if cfg.LogMetrics != nil {
+		lc := *cfg.LogMetrics
+		lc.Logger = cfg.Logger
+		var err error
+		if lm, err = logmetrics.New(lc); err != nil {
+			return nil, fmt.Errorf("rtld receiver: %w", err)
+		}
+	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 		cfg.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -247,6 +261,10 @@ func New(cfg Config) (_ *Receiver, err error) {
 		}
 		ic.AllowEnvironment = func(env string) bool { return allowed[env] }
 	}
+	if lm != nil {
+		r.reg.MustRegister(lm)
+		ic.Observer = lm
+	}
 	if r.ingest, err = rtld.NewIngest(ic, sp, r.gaps, r.metrics, cfg.Logger); err != nil {
 		return nil, err
 	}
@@ -254,6 +272,9 @@ func New(cfg Config) (_ *Receiver, err error) {
 	if cfg.ProfileAPI != nil && cfg.Registrar != nil {
 		rc := *cfg.Registrar
 		rc.Logger = cfg.Logger
+		if cfg.LogMetrics != nil {
+			rc.Fields = withLogMetricsFields(rc.Fields, cfg.LogMetrics.Labels, cfg.Logger)
+		}
 		rc.Observer = newRegistrationMetrics(r.reg)
 		r.registrar, err = rtld.NewRegistrar(cfg.ProfileAPI, rc)
 		if err != nil {
@@ -386,6 +407,25 @@ func (r *Receiver) Run(ctx context.Context) error {
 	}
 	errs = append(errs, r.closeSinks(), r.gaps.Close(), r.spool.Close())
 	return errors.Join(errs...)
+}
+
+// withLogMetricsFields returns the profile's fields with those the log
+// metrics read added. An empty list (every field the platform lists) is
+// returned as it is.
+func withLogMetricsFields(fields, labels []string, log *slog.Logger) []string {
+	if len(fields) == 0 {
+		return fields
+	}
+	var added []string
+	for _, f := range logmetrics.Fields(labels) {
+		if !slices.Contains(fields, f) {
+			added = append(added, f)
+		}
+	}
+	if len(added) > 0 {
+		log.Info("rtld receiver: requesting the log fields the log metrics read besides --fields (--no-log-metrics.enabled to leave them out)", "added", added)
+	}
+	return append(slices.Clone(fields), added...)
 }
 
 // registrationMetrics counts profile checks by result.

@@ -27,18 +27,9 @@ func TestSpoolFullAnswers503AndLosesNothing(t *testing.T) {
 	kafka.Pause()
 
 	cert := newTestCert(t)
-	tlsCfg := &tls.Config{RootCAs: cert.pool}
-	sim, err := platformsim.New(platformsim.Config{Seed: 3, Properties: 1, Environments: 1, Delivery: platformsim.DeliveryConfig{
-		BatchSize: 250, AgentsPerEnvironment: 2, RetryInterval: 100 * time.Millisecond, TLSConfig: tlsCfg,
+	sim, apiURL := startSimulator(t, cert, platformsim.Config{Seed: 3, Properties: 1, Environments: 1, Delivery: platformsim.DeliveryConfig{
+		BatchSize: 250, AgentsPerEnvironment: 2, RetryInterval: 100 * time.Millisecond,
 	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sim.Close() })
-	apiURL, err := sim.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	env := sim.EnvironmentIDs()[0]
 
 	srv := httptest.NewUnstartedServer(nil)

@@ -5,8 +5,11 @@
 // manager that creates and repairs tables on a single server or on every
 // node of a cluster (table.go, schema.go). The tables themselves live in one
 // package per program: metrictables (the exporter's table per metrics
-// dataset) and logtable (the receiver's access_logs), so neither binary
-// links the other's code.
+// dataset), inventorysink (the exporter's writer of the inventory's tables)
+// and logtable (the receiver's access_logs), so neither binary links the
+// other's code; inventorytables holds the definitions of the inventory's
+// tables, which both programs make (the receiver only environments, for the
+// Access logs dashboard).
 //
 // Every table is a ReplacingMergeTree, so writing a row again is harmless:
 // `SELECT … FINAL` shows one row per key with the newest values. Writers

@@ -4,7 +4,7 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // incompleteNodesDesc describes the gauge of NewSchemaCollector.
 var incompleteNodesDesc = prometheus.NewDesc("edgepipe_clickhouse_incomplete_nodes",
-	"ClickHouse nodes on which a table the program writes is missing, lacks columns or could not be checked at the last check (0: complete on every node; rechecked every 15s while above 0).",
+	"ClickHouse nodes on which a table the program keeps (writes, or makes for the dashboards) is missing, lacks columns or could not be checked at the last check (0: complete on every node; rechecked every 15s while above 0).",
 	[]string{"table"}, nil)
 
 // schemaCollector is the prometheus.Collector of NewSchemaCollector.

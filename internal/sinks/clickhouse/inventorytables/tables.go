@@ -1,11 +1,22 @@
-// Package inventorytables is the exporter's ClickHouse sink of its
-// inventory (internal/inventory): the tables environments (names for SQL
-// joins) and tls_certificates. Both are ReplacingMergeTree tables versioned
-// by write time, so `SELECT … FINAL` shows the latest row per key. They are
-// created and kept in shape by the same schema manager as the metrics
-// tables (clickhouse.Schema, on a server or every node of a cluster), through
-// the metrics sink's connection, so they live in the DSN's database with the
-// same settings.
+// Package inventorytables defines the ClickHouse tables of the exporter's
+// inventory (internal/inventory): environments (names for SQL joins) and
+// tls_certificates. Both are ReplacingMergeTree tables versioned by write
+// time, so `SELECT … FINAL` shows the latest row per key, kept in shape by
+// clickhouse.Schema (on a server or every node of a cluster) like every
+// other table.
+//
+// The definitions live apart from their writer (inventorysink, the
+// exporter's) because both programs make environments: the Access logs
+// dashboard joins it to name environments, so the receiver's sink
+// (logtable) creates it too, empty, from the same definition, and neither
+// binary links the other's code.
+//
+// Neither table takes --clickhouse.retention: after merges they hold one
+// row per environment or certificate ever seen, a TTL would delete rows
+// that are still current once nothing refreshes them (the exporter
+// stopped, the certificate inventory turned off, a receiver-only
+// deployment), and the two programs, each with its own retention, would
+// keep changing the TTL of the one environments table.
 package inventorytables
 
 import (
@@ -96,13 +107,4 @@ func table(name string, cols []clickhouse.Column, key ...string) *clickhouse.Tab
 		OrderBy:     orderBy,
 		ShardingKey: "cityHash64(" + clickhouse.QuoteIdent(ColumnEnvironmentID) + ")",
 	}
-}
-
-// columnNames returns the names of t's columns, in order.
-func columnNames(t *clickhouse.Table) []string {
-	out := make([]string, len(t.Columns))
-	for i, c := range t.Columns {
-		out[i] = c.Name
-	}
-	return out
 }

@@ -17,6 +17,11 @@
 // wrapped. A column that cannot hold its field at all is an
 // *IncompatibleColumnError. When the table or a column disappears while the
 // receiver runs, the next attempt re-creates it and inserts the rows again.
+//
+// The sink also makes the exporter's environments table
+// (inventorytables.EnvironmentsTable), empty, which the Access logs
+// dashboard joins for environment names: without it a deployment with no
+// exporter writing to ClickHouse would fail every query of the dashboard.
 package logtable
 
 import (
@@ -37,6 +42,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 )
 
 // Table is the table the receiver writes records to.
@@ -125,6 +131,11 @@ type Sink struct {
 	// resumed is set once a delivery succeeded: the first ones drop the
 	// batches a previous run stored without committing them.
 	resumed bool
+	// envsEnsured is the schema manager the environments table was last
+	// ensured through (not a.schema: not yet on this connection), and
+	// envsFailed when ensuring it last failed (zero after a success).
+	envsEnsured *clickhouse.Schema
+	envsFailed  time.Time
 }
 
 // accessColumn is one typed field column.
@@ -253,7 +264,31 @@ func (a *Sink) connect(ctx context.Context) (*clickhouse.DB, []accessColumn, []s
 		}
 		a.columns, a.names, a.spec, a.complete, a.checked = cols, names, spec, complete, time.Now()
 	}
+	a.ensureEnvironments(ctx)
 	return a.db, a.columns, a.names, a.gen, nil
+}
+
+// ensureEnvironments makes the exporter's environments table
+// (inventorytables.EnvironmentsTable, the one definition both programs
+// use) once per connection: the Access logs dashboard joins it for
+// environment names, and without an exporter writing to this database
+// every query of the dashboard would fail on a missing table. The receiver
+// writes no row to it (the dashboard shows the environment's ID for one
+// the table does not name). A failure is logged and tried again after
+// clickhouse.RecheckInterval, never failing a delivery; on a cluster the
+// schema's recheck completes the table on nodes that were out of reach.
+// Called with a.mu held.
+func (a *Sink) ensureEnvironments(ctx context.Context) {
+	if a.envsEnsured == a.schema || time.Since(a.envsFailed) < clickhouse.RecheckInterval {
+		return
+	}
+	if _, err := a.schema.Ensure(ctx, inventorytables.EnvironmentsTable()); err != nil {
+		a.envsFailed = time.Now()
+		a.log.Warn("clickhouse: could not create the environments table the Access logs dashboard joins for environment names (its queries fail without it); trying again",
+			"table", a.db.Table(inventorytables.TableEnvironments), "err", err)
+		return
+	}
+	a.envsEnsured, a.envsFailed = a.schema, time.Time{}
 }
 
 func sameTypes(a, b []accessColumn) bool {

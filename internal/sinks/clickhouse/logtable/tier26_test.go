@@ -58,17 +58,6 @@ func deliverAll(ctx context.Context, t *testing.T, sink *Sink, batches []*access
 	}
 }
 
-func chdbQueryString(t *testing.T, srv *testenv.ChDBServer, q string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var s string
-	if err := srv.Conn(t).QueryRow(ctx, q).Scan(&s); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return s
-}
-
 // TestAccessLogsOn26 delivers the simulator's records through the sink
 // over HTTP and over HTTPS (certificate checked against the test CA with
 // --clickhouse.tls.ca-file's option) to ClickHouse 26.x: count() FINAL is
@@ -117,16 +106,16 @@ func TestAccessLogsOn26(t *testing.T) {
 				"timestamp": "DateTime64(6)", "method": "LowCardinality(String)", "pop": "LowCardinality(String)",
 				"environment_id": "LowCardinality(String)", "path": "String", "bytes_out": "Int64",
 			} {
-				if got := chdbQueryString(t, srv, "SELECT type FROM system.columns WHERE database = '"+db+"' AND table = 'access_logs' AND name = '"+col+"'"); got != want {
+				if got := srv.QueryString(t, "SELECT type FROM system.columns WHERE database = '"+db+"' AND table = 'access_logs' AND name = '"+col+"'"); got != want {
 					t.Errorf("column %s: %s, want %s", col, got, want)
 				}
 			}
 			for col, want := range map[string]string{"timestamp": "Delta", "path": "ZSTD(1)", "bytes_out": "T64", "extra": "ZSTD(1)"} {
-				if got := chdbQueryString(t, srv, "SELECT compression_codec FROM system.columns WHERE database = '"+db+"' AND table = 'access_logs' AND name = '"+col+"'"); !strings.Contains(got, want) {
+				if got := srv.QueryString(t, "SELECT compression_codec FROM system.columns WHERE database = '"+db+"' AND table = 'access_logs' AND name = '"+col+"'"); !strings.Contains(got, want) {
 					t.Errorf("column %s has codec %q, want one with %s", col, got, want)
 				}
 			}
-			create := chdbQueryString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs'")
+			create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+db+"' AND name = 'access_logs'")
 			for _, want := range []string{"ttl_only_drop_parts = 1", "non_replicated_deduplication_window = 1000", "TTL toDateTime(timestamp) + toIntervalSecond(2592000)"} {
 				if !strings.Contains(create, want) {
 					t.Errorf("access_logs lacks %q:\n%s", want, create)
@@ -263,11 +252,11 @@ func TestMigrationRecipeFrom1816LayoutOn26(t *testing.T) {
 	srv.Exec(t, stmts[0])
 	// The receiver goes on: its next delivery creates access_logs anew.
 	deliverAll(ctx, t, sink, batches[2:])
-	if got := chdbQueryString(t, srv, "SELECT type FROM system.columns WHERE database = '"+db+"' AND table = 'access_logs' AND name = 'timestamp'"); got != "DateTime64(6)" {
+	if got := srv.QueryString(t, "SELECT type FROM system.columns WHERE database = '"+db+"' AND table = 'access_logs' AND name = 'timestamp'"); got != "DateTime64(6)" {
 		t.Fatalf("the new access_logs has timestamp %s, want DateTime64(6)", got)
 	}
 	// The copy statement prints the INSERT to run.
-	insert := chdbQueryString(t, srv, stmts[1])
+	insert := srv.QueryString(t, stmts[1])
 	srv.Exec(t, insert)
 	if n := srv.QueryUint64(t, strings.Replace(stmts[2], "SELECT count()", "SELECT toUInt64(count())", 1)); n != 400 {
 		t.Errorf("%d records under FINAL after the copy, want 400", n)

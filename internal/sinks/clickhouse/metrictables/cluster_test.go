@@ -10,8 +10,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/edgepipe/edgepipe/internal/inventory"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorysink"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -105,13 +109,21 @@ func (w *world) syncReplicas(c *testenv.Cluster) {
 	}
 }
 
-// schemaOn returns, per dataset, the columns of its local and Distributed
-// tables on node n ("" when missing), comma-separated.
+// schemaOn returns, per dataset (and inventory table with w.inventory),
+// the columns of its local and Distributed tables on node n ("" when
+// missing), comma-separated.
 func (w *world) schemaOn(n *testenv.ClusterNode) map[string]string {
 	w.t.Helper()
 	out := map[string]string{}
+	var names []string
 	for _, ds := range w.datasets() {
-		for _, table := range []string{ds.Name + "_local", ds.Name} {
+		names = append(names, ds.Name)
+	}
+	if w.inventory {
+		names = append(names, inventorytables.TableEnvironments, inventorytables.TableTLSCertificates)
+	}
+	for _, name := range names {
+		for _, table := range []string{name + "_local", name} {
 			out[table] = strings.Join(query(w.t, n, fmt.Sprintf(
 				"SELECT name FROM system.columns WHERE database = '%s' AND table = '%s' ORDER BY name", w.db, table)), ",")
 		}
@@ -187,23 +199,35 @@ func TestExporterOnCluster(t *testing.T) {
 	})
 
 	// One replica down (kill -9) when the exporter starts, back 30 s later:
-	// the schema is completed on it within two recheck intervals without
-	// a single write (a table is written only when its data changes),
+	// the schema, the inventory's tables included, is completed on it
+	// within two recheck intervals without a single write (a table is
+	// written only when its data changes),
 	// edgepipe_clickhouse_incomplete_nodes says so meanwhile, nothing is
 	// dropped, FINAL is exact and the replica catches up.
 	t.Run("replica down at start", func(t *testing.T) {
 		down := c.Node(2, 2)
 		down.Kill()
 		w := newClusterWorld(t, c, 25)
+		w.inventory = true
 		reg := prometheus.NewRegistry()
 		sink := w.newSink(reg)
 		killedAt := time.Now()
+		inv := w.newInventorySink(sink, reg)
 		r := w.startScheduler(sink)
 		w.cycle(r)
 		flush(t, sink)
-		if n := testutilSum(t, reg, "edgepipe_clickhouse_incomplete_nodes"); n != float64(len(w.datasets())) {
-			t.Errorf("edgepipe_clickhouse_incomplete_nodes sums to %v with one node down, want one per dataset (%d)", n, len(w.datasets()))
+		want := len(w.datasets()) + 2 // and environments, tls_certificates
+		waitUntil(t, 30*time.Second, func() bool {
+			return testutilSum(t, reg, "edgepipe_clickhouse_inventory_rows_written_total") == float64(len(w.envs)+1)
+		})
+		if n := testutilSum(t, reg, "edgepipe_clickhouse_incomplete_nodes"); n != float64(want) {
+			t.Errorf("edgepipe_clickhouse_incomplete_nodes sums to %v with one node down, want one per dataset and inventory table (%d)", n, want)
 		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = inv.Close(ctx)
+		}()
 		for time.Since(killedAt) < 30*time.Second {
 			time.Sleep(time.Second)
 		}
@@ -285,4 +309,35 @@ func TestExporterOnCluster(t *testing.T) {
 			t.Errorf("%v rows dropped", d)
 		}
 	})
+}
+
+// newInventorySink starts the inventory's sink on the metrics sink's
+// connection, as the exporter does, and publishes a name for every
+// environment and a certificate of the first.
+func (w *world) newInventorySink(metrics *metrictables.Sink, reg prometheus.Registerer) *inventorysink.Sink {
+	w.t.Helper()
+	s, err := inventorysink.New(inventorysink.Config{Schemas: metrics, Logger: w.log, Registerer: reg, RetryMax: 300 * time.Millisecond})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	s.Start()
+	envs := make([]inventory.Environment, len(w.envs))
+	for i, e := range w.envs {
+		envs[i] = inventory.Environment{ID: e, Name: fmt.Sprintf("env-%d", i), PropertyID: "p1", Property: "shop", OrganizationID: "o1"}
+	}
+	now := w.clock.Now()
+	s.PublishEnvironments(now, envs)
+	s.PublishCertificates(now, w.envs[0], []inventory.Certificate{{ID: "c1", EnvironmentID: w.envs[0], CommonName: "www.example.com",
+		Status: "active", Expiration: now.Add(30 * 24 * time.Hour)}}, nil)
+	return s
+}
+
+// waitUntil waits for cond, failing the test after limit.
+func waitUntil(t *testing.T, limit time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", limit)
+		}
+	}
 }

@@ -41,6 +41,8 @@ type world struct {
 	// tls and retention configure the sink.
 	tls       clickhouse.TLSOptions
 	retention time.Duration
+	// inventory adds the inventory's tables to schemaOn.
+	inventory bool
 }
 
 // t0 is a bucket boundary the tests start at.

@@ -92,6 +92,13 @@ type Sink struct {
 	started     bool
 	inFlight    int
 	lastVersion uint64
+	// failedWrite is the batch of the last Write that failed and the
+	// block it tried: a Write of the same batch next inserts that block
+	// again.
+	failedWrite struct {
+		batch *schedule.Batch
+		blk   *block
+	}
 
 	wake      chan struct{}
 	done      chan struct{}
@@ -317,24 +324,46 @@ func (s *Sink) newBlock(b *schedule.Batch) *block {
 // number of rows written. It creates or migrates the table first. The
 // backfill command uses it so that every chunk is stored before the next
 // is fetched; the exporter's poll loops use Publish.
+//
+// A Write of the same batch (the same *schedule.Batch) right after one
+// that failed is a retry: it inserts the rows as the failed one did, with
+// the same version and deduplication token, so rows the server had stored
+// before the failure are not stored again (22.2+). Unless the server
+// refused the rows: then nothing was stored, and the retry is made afresh.
 func (s *Sink) Write(ctx context.Context, b *schedule.Batch) (int, error) {
 	if b == nil || b.Dataset == nil || len(b.Updates) == 0 {
 		return 0, nil
 	}
-	blk := s.newBlock(b)
+	s.mu.Lock()
+	blk := s.failedWrite.blk
+	if s.failedWrite.batch != b {
+		blk = nil
+	}
+	s.failedWrite.batch, s.failedWrite.blk = nil, nil
+	s.mu.Unlock()
+	if blk == nil {
+		blk = s.newBlock(b)
+	}
 	if blk.rows == 0 {
 		return 0, nil
 	}
 	db, err := s.connect(ctx)
-	if err != nil {
-		s.metrics.insertErrors.WithLabelValues(blk.dataset, "connect").Inc()
-		return 0, err
+	if err == nil {
+		err = s.writeBlock(ctx, db, blk)
 	}
-	if err := s.writeBlock(ctx, db, blk); err != nil {
+	if err != nil {
 		class := clickhouse.ErrorClass(err)
+		if db == nil {
+			class = "connect"
+		}
 		s.metrics.insertErrors.WithLabelValues(blk.dataset, class).Inc()
 		if class == clickhouse.ClassSchema || class == clickhouse.ClassRejected {
 			s.forgetTable(blk.table)
+		}
+		if class != clickhouse.ClassRejected {
+			s.mu.Lock()
+			s.failedWrite.batch, s.failedWrite.blk = b, blk
+			s.mu.Unlock()
 		}
 		return 0, err
 	}

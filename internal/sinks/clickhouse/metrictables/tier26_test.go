@@ -16,6 +16,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/backfill"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/testenv"
@@ -56,7 +57,7 @@ func TestExporterOn26(t *testing.T) {
 			if d := testutilSum(t, reg, "edgepipe_clickhouse_dropped_rows_total"); d != 0 {
 				t.Errorf("%v rows dropped", d)
 			}
-			create := srvString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = 'edge_usage_by_country'")
+			create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = 'edge_usage_by_country'")
 			for _, want := range []string{"CODEC(T64, ZSTD(1))", "LowCardinality(String)", "TTL time + toIntervalSecond(7776000)", "non_replicated_deduplication_window = 1000"} {
 				if !strings.Contains(create, want) {
 					t.Errorf("edge_usage_by_country lacks %q:\n%s", want, create)
@@ -78,17 +79,6 @@ func TestExporterOn26(t *testing.T) {
 			t.Logf("%d rows exact under FINAL over %s; resume points for %d environments", n, tc.name, len(points))
 		})
 	}
-}
-
-func srvString(t *testing.T, srv *testenv.ChDBServer, q string) string {
-	t.Helper()
-	var s string
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.Conn(t).QueryRow(ctx, q).Scan(&s); err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return s
 }
 
 // warnings is a slog handler that keeps every record at WARN and above:
@@ -124,8 +114,11 @@ var replicatedEngine = regexp.MustCompile(`Replicated(\w+MergeTree)\('[^']*', '\
 //     retention, with materialize_ttl_after_modify = 0: no mutation
 //     rewrites the table) and ALTER … MODIFY SETTING (a table made
 //     before the deduplication window);
+//   - the inventory's tables, environments and tls_certificates, created
+//     and ensured again;
 //   - cluster form, of every table of both programs (the datasets,
-//     access_logs, the backfill's progress table): every statement of
+//     access_logs, the backfill's progress table, environments and
+//     tls_certificates): every statement of
 //     CreateStatements with --clickhouse.cluster parsed by 26.x as written
 //     (EXPLAIN AST); the
 //     local table run on the plain engine (chDB cannot replicate: no
@@ -180,13 +173,26 @@ func TestStatementsOn26(t *testing.T) {
 		if _, err := schema2.Ensure(ctx, full); err != nil {
 			t.Fatal(err)
 		}
-		create := srvString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = '"+ds.Name+"'")
+		create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = '"+ds.Name+"'")
 		if !strings.Contains(create, fmt.Sprintf("toIntervalSecond(%d)", int64(retention2/time.Second))) {
 			t.Errorf("%s: retention not changed:\n%s", ds.Name, create)
 		}
 	}
 	if n := srv.QueryUint64(t, "SELECT count() FROM system.mutations WHERE database = '"+w.db+"'"); n != 0 {
 		t.Errorf("%d mutations after the retention changed: MODIFY TTL materialized the TTL (rewriting every part)", n)
+	}
+	// The inventory's tables (environments, tls_certificates), as the
+	// exporter writes them and the receiver makes environments: created,
+	// then ensured again by a restarted program.
+	for _, spec := range []*clickhouse.Table{inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable()} {
+		for _, s := range []*clickhouse.Schema{schema, schema2} {
+			if _, err := s.Ensure(ctx, spec); err != nil {
+				t.Fatalf("%s: %v", spec.Name, err)
+			}
+		}
+		if create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = '"+spec.Name+"'"); !strings.Contains(create, "non_replicated_deduplication_window = 1000") {
+			t.Errorf("%s has no deduplication window:\n%s", spec.Name, create)
+		}
 	}
 	// A table made before the deduplication window gets it.
 	ds := w.datasets()[0]
@@ -197,7 +203,7 @@ func TestStatementsOn26(t *testing.T) {
 	if _, err := schema2.Ensure(ctx, metrictables.TableSpec("made_by_21_3", metrictables.MetricsColumns(&ds, nil, nil), v, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if create := srvString(t, srv, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = 'made_by_21_3'"); !strings.Contains(create, "non_replicated_deduplication_window = 1000") {
+	if create := srv.QueryString(t, "SELECT create_table_query FROM system.tables WHERE database = '"+w.db+"' AND name = 'made_by_21_3'"); !strings.Contains(create, "non_replicated_deduplication_window = 1000") {
 		t.Errorf("a table made before the deduplication window did not get it:\n%s", create)
 	}
 
@@ -211,7 +217,7 @@ func TestStatementsOn26(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs = append(specs, accessLogs, backfill.ProgressTableSpec())
+	specs = append(specs, accessLogs, backfill.ProgressTableSpec(), inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable())
 	for _, spec := range specs {
 		for i, stmt := range clickhouse.CreateStatements(clusterDB, testenv.ChDBCluster, v, spec) {
 			srv.Exec(t, "EXPLAIN AST "+stmt)

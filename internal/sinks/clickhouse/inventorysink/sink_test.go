@@ -1,4 +1,4 @@
-package inventorytables_test
+package inventorysink_test
 
 import (
 	"context"
@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/edgepipe/edgepipe/internal/inventory"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorysink"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/testenv"
@@ -42,7 +44,7 @@ func TestTablesOnClickHouse18(t *testing.T) {
 	}
 	defer metrics.Close(context.Background())
 	reg := prometheus.NewRegistry()
-	sink, err := inventorytables.New(inventorytables.Config{Schemas: metrics, RetryMax: 200 * time.Millisecond, Registerer: reg})
+	sink, err := inventorysink.New(inventorysink.Config{Schemas: metrics, RetryMax: 200 * time.Millisecond, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,29 +85,40 @@ func TestTablesOnClickHouse18(t *testing.T) {
 		t.Error("no failed write counted while ClickHouse was down")
 	}
 
-	conn := ch.Conn(t)
-	ctx := context.Background()
-	rows, err := conn.Query(ctx, "SELECT environment_id, environment, property_id, property, organization_id, seen_at FROM "+db+".environments FINAL ORDER BY environment_id")
+	checkTables(t, ch.Conn(t), db, later, []string{"env-a production p1 shop o1", "env-b staging-eu p1 shop o1"},
+		[]string{certLine(a1, 1, 0, later), certLine(a2, 0, 1, later), certLine(a3, 1, 0, later)})
+}
+
+// checkTables compares the tables of database db under FINAL with
+// envs ("<id> <name> <property id> <property> <organization>", all seen at
+// seen) and certs (certLine of env-a's certificates).
+func checkTables(t *testing.T, conn driver.Conn, db string, seen time.Time, envs, certs []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rows, err := conn.Query(ctx, "SELECT environment_id, environment, property_id, property, organization_id, seen_at FROM `"+db+"`.environments FINAL ORDER BY environment_id")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for rows.Next() {
 		var id, name, pid, prop, org string
-		var seen time.Time
-		if err := rows.Scan(&id, &name, &pid, &prop, &org, &seen); err != nil {
+		var at time.Time
+		if err := rows.Scan(&id, &name, &pid, &prop, &org, &at); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, fmt.Sprintf("%s %s %s %s %s %s", id, name, pid, prop, org, seen.UTC().Format(time.RFC3339)))
+		if !at.Equal(seen) {
+			t.Errorf("environment %s seen at %s, want %s", id, at.UTC().Format(time.RFC3339), seen.Format(time.RFC3339))
+		}
+		got = append(got, fmt.Sprintf("%s %s %s %s %s", id, name, pid, prop, org))
 	}
 	rows.Close()
-	want := []string{"env-a production p1 shop o1 2026-11-23T11:00:17Z", "env-b staging-eu p1 shop o1 2026-11-23T11:00:17Z"}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("environments FINAL:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	if strings.Join(got, "\n") != strings.Join(envs, "\n") {
+		t.Errorf("environments FINAL:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(envs, "\n"))
 	}
 
-	rows, err = conn.Query(ctx, "SELECT certificate_id, common_name, alternative_names, serial, status, generated, activation_error, expiration, removed, seen_at FROM "+
-		db+".tls_certificates FINAL WHERE environment_id = 'env-a' ORDER BY certificate_id")
+	rows, err = conn.Query(ctx, "SELECT certificate_id, common_name, alternative_names, serial, status, generated, activation_error, expiration, removed, seen_at FROM `"+
+		db+"`.tls_certificates FINAL WHERE environment_id = 'env-a' ORDER BY certificate_id")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,39 +127,22 @@ func TestTablesOnClickHouse18(t *testing.T) {
 		var id, cn, serial, status, actErr string
 		var names []string
 		var generated, removed uint8
-		var exp, seen time.Time
-		if err := rows.Scan(&id, &cn, &names, &serial, &status, &generated, &actErr, &exp, &removed, &seen); err != nil {
+		var exp, at time.Time
+		if err := rows.Scan(&id, &cn, &names, &serial, &status, &generated, &actErr, &exp, &removed, &at); err != nil {
 			t.Fatal(err)
 		}
-		got = append(got, fmt.Sprintf("%s %s %v %s %s %d %q %d %d %s", id, cn, names, serial, status, generated, actErr, exp.Unix(), removed, seen.UTC().Format(time.RFC3339)))
+		got = append(got, fmt.Sprintf("%s %s %v %s %s %d %q %d %d %s", id, cn, names, serial, status, generated, actErr, exp.Unix(), removed, at.UTC().Format(time.RFC3339)))
 	}
 	rows.Close()
-	line := func(c inventory.Certificate, generated, removed int) string {
-		return fmt.Sprintf("%s %s %v %s %s %d %q %d %d %s", c.ID, c.CommonName, c.AlternativeNames, c.Serial, c.Status, generated, c.ActivationError,
-			c.Expiration.Unix(), removed, later.Format(time.RFC3339))
-	}
-	want = []string{line(a1, 1, 0), line(a2, 0, 1), line(a3, 1, 0)}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("tls_certificates FINAL:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	if strings.Join(got, "\n") != strings.Join(certs, "\n") {
+		t.Errorf("tls_certificates FINAL:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(certs, "\n"))
 	}
 }
 
-// TestClusterStatements: on a cluster both tables are Replicated
-// <table>_local tables and Distributed tables sharded by environment, as
-// the metrics tables are (the schema manager is the same).
-func TestClusterStatements(t *testing.T) {
-	for _, tb := range []*clickhouse.Table{inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable()} {
-		stmts := strings.Join(clickhouse.CreateStatements("cdn", "prod", clickhouse.Version{Major: 18, Minor: 16}, tb), "\n")
-		for _, want := range []string{
-			"CREATE TABLE IF NOT EXISTS `cdn`.`" + tb.Name + "_local` ON CLUSTER `prod`",
-			"ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/cdn/" + tb.Name + "_local', '{replica}', `version`)",
-			"ENGINE = Distributed('prod', 'cdn', '" + tb.Name + "_local', cityHash64(`environment_id`))",
-		} {
-			if !strings.Contains(stmts, want) {
-				t.Errorf("%s: no %q in\n%s", tb.Name, want, stmts)
-			}
-		}
-	}
+// certLine is a row of tls_certificates as checkTables shows it.
+func certLine(c inventory.Certificate, generated, removed int, seen time.Time) string {
+	return fmt.Sprintf("%s %s %v %s %s %d %q %d %d %s", c.ID, c.CommonName, c.AlternativeNames, c.Serial, c.Status, generated, c.ActivationError,
+		c.Expiration.Unix(), removed, seen.Format(time.RFC3339))
 }
 
 func count(t *testing.T, ch *testenv.ClickHouseServer, db, table string) uint64 {

@@ -1,7 +1,22 @@
-package inventorytables
+// Package inventorysink is the exporter's ClickHouse sink of its inventory
+// (internal/inventory): it writes the tables of inventorytables,
+// environments and tls_certificates, through the metrics sink's connection
+// and schema manager, so they live in the DSN's database with the same
+// settings, on the same cluster, and take part in its recheck and in
+// edgepipe_clickhouse_incomplete_nodes.
+//
+// Every INSERT carries a deduplication token naming its rows (table,
+// columns, the rows' keys and the write's version), and an INSERT that
+// failed is retried as it was before anything newer of its table is
+// written: a retry the server had stored already is dropped on servers
+// with insert_deduplication_token (22.2+), so count() equals count() FINAL;
+// on older servers FINAL shows one row per key as before.
+package inventorysink
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +30,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/inventory"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 )
 
 // SchemaSource gives the schema manager of the connection to write through.
@@ -96,6 +112,10 @@ type Sink struct {
 	// ensured holds what Schema.Ensure last left of each table; a table
 	// missing is ensured before its next write. Owned by the writer.
 	ensured map[string]ensured
+	// sealed holds, per table, the INSERT that failed last: it is retried
+	// as it was (same rows, same version, same token) before anything
+	// newer of the table is written. Owned by the writer.
+	sealed map[string]*insert
 }
 
 // ensured is the outcome of one Schema.Ensure.
@@ -143,6 +163,7 @@ func New(cfg Config) (*Sink, error) {
 		wake:    make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		ensured: map[string]ensured{},
+		sealed:  map[string]*insert{},
 	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{s.written, s.errors} {
@@ -271,62 +292,118 @@ func (s *Sink) run() {
 	}
 }
 
-// snapshot is what one write covers.
-type snapshot struct {
-	envs  *envsChange
-	certs map[string]*certsChange
+// insert is one INSERT into one table and the pending changes it writes.
+type insert struct {
+	table *clickhouse.Table
+	rows  [][]any
+	token string
+	envs  *envsChange             // environments: the change written
+	certs map[string]*certsChange // tls_certificates: the changes written, by environment
 }
 
-// writePending writes what is pending, and forgets what it wrote unless it
-// changed meanwhile.
+// writePending writes, per table, the INSERT that failed last or else one
+// of what is pending, and forgets the changes written unless they were
+// replaced meanwhile. What an INSERT leaves pending (changes that arrived
+// while a failed INSERT was retried) is written by the next call.
 func (s *Sink) writePending() error {
-	s.mu.Lock()
-	snap := snapshot{envs: s.pending.envs, certs: make(map[string]*certsChange, len(s.pending.byEnv))}
-	for env, c := range s.pending.byEnv {
-		snap.certs[env] = c
-	}
-	s.mu.Unlock()
-	if snap.envs == nil && len(snap.certs) == 0 {
+	inserts := s.inserts()
+	if len(inserts) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
 	defer cancel()
 	schema, err := s.cfg.Schemas.Schema(ctx)
 	if err != nil {
-		if snap.envs != nil {
-			s.errors.WithLabelValues(TableEnvironments, clickhouse.ErrorClass(err)).Inc()
-		}
-		if len(snap.certs) > 0 {
-			s.errors.WithLabelValues(TableTLSCertificates, clickhouse.ErrorClass(err)).Inc()
+		for _, in := range inserts {
+			s.errors.WithLabelValues(in.table.Name, clickhouse.ErrorClass(err)).Inc()
 		}
 		return err
 	}
 	var errs []error
-	if snap.envs != nil {
-		if err := s.write(ctx, schema, EnvironmentsTable(), environmentRows(snap.envs, s.nextVersion())); err != nil {
+	for _, in := range inserts {
+		if err := s.write(ctx, schema, in); err != nil {
 			errs = append(errs, err)
-		} else {
-			s.mu.Lock()
-			if s.pending.envs == snap.envs {
-				s.pending.envs = nil
-			}
-			s.mu.Unlock()
+			continue
 		}
-	}
-	if len(snap.certs) > 0 {
-		if err := s.write(ctx, schema, CertificatesTable(), certificateRows(snap.certs, s.nextVersion())); err != nil {
-			errs = append(errs, err)
-		} else {
-			s.mu.Lock()
-			for env, c := range snap.certs {
-				if s.pending.byEnv[env] == c {
-					delete(s.pending.byEnv, env)
-				}
-			}
-			s.mu.Unlock()
-		}
+		s.forget(in)
 	}
 	return errors.Join(errs...)
+}
+
+// inserts returns the INSERTs of one write: per table the sealed one, or
+// one of the pending changes with the next version.
+func (s *Sink) inserts() []*insert {
+	var out []*insert
+	if in := s.sealed[inventorytables.TableEnvironments]; in != nil {
+		out = append(out, in)
+	} else {
+		s.mu.Lock()
+		envs := s.pending.envs
+		s.mu.Unlock()
+		if envs != nil {
+			t := inventorytables.EnvironmentsTable()
+			out = append(out, newInsert(t, environmentRows(envs, s.nextVersion()), envs, nil))
+		}
+	}
+	if in := s.sealed[inventorytables.TableTLSCertificates]; in != nil {
+		out = append(out, in)
+	} else {
+		s.mu.Lock()
+		certs := maps.Clone(s.pending.byEnv)
+		s.mu.Unlock()
+		if len(certs) > 0 {
+			t := inventorytables.CertificatesTable()
+			out = append(out, newInsert(t, certificateRows(certs, s.nextVersion()), nil, certs))
+		}
+	}
+	return out
+}
+
+// forget drops from what is pending the changes in wrote, unless they were
+// replaced meanwhile (told apart by pointer).
+func (s *Sink) forget(in *insert) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in.envs != nil && s.pending.envs == in.envs {
+		s.pending.envs = nil
+	}
+	for env, c := range in.certs {
+		if s.pending.byEnv[env] == c {
+			delete(s.pending.byEnv, env)
+		}
+	}
+}
+
+// newInsert returns the INSERT of rows into t, with its token: a hash of
+// the table, its columns and every row's key and version, so that the same
+// token always names the same rows (a version is unique to one write).
+func newInsert(t *clickhouse.Table, rows [][]any, envs *envsChange, certs map[string]*certsChange) *insert {
+	h := sha256.New()
+	h.Write([]byte(t.Name))
+	for _, c := range t.Columns {
+		h.Write([]byte{0})
+		h.Write([]byte(c.Name))
+	}
+	keys := keyColumns(t)
+	for _, r := range rows {
+		for _, i := range keys {
+			fmt.Fprintf(h, "\x00%v", r[i])
+		}
+	}
+	return &insert{table: t, rows: rows, envs: envs, certs: certs,
+		token: "edgepipe-inventory-" + hex.EncodeToString(h.Sum(nil)[:16])}
+}
+
+// keyColumns returns the positions of t's sorting-key columns and of its
+// version column: what names a row.
+func keyColumns(t *clickhouse.Table) []int {
+	var out []int
+	for i, c := range t.Columns {
+		if c.SortingKey || c.Name == inventorytables.ColumnVersion {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // nextVersion returns a version larger than every one written before.
@@ -341,9 +418,13 @@ func (s *Sink) nextVersion() uint64 {
 	return v
 }
 
-// write ensures t (on its first write, after a schema error, and while a
-// cluster leaves it incomplete) and inserts rows.
-func (s *Sink) write(ctx context.Context, schema *clickhouse.Schema, t *clickhouse.Table, rows [][]any) error {
+// write ensures in's table (on its first write, after a schema error, and
+// while a cluster leaves it incomplete) and inserts its rows with its
+// token. An INSERT that fails is sealed, to be retried as it was, unless
+// the server refused its rows (then nothing was stored, and the next write
+// is made afresh from what is pending).
+func (s *Sink) write(ctx context.Context, schema *clickhouse.Schema, in *insert) error {
+	t := in.table
 	if e, ok := s.ensured[t.Name]; !ok || (!e.complete && time.Since(e.at) >= clickhouse.RecheckInterval) {
 		state, err := schema.Ensure(ctx, t)
 		if err != nil {
@@ -352,15 +433,22 @@ func (s *Sink) write(ctx context.Context, schema *clickhouse.Schema, t *clickhou
 		}
 		s.ensured[t.Name] = ensured{complete: state.Complete, at: time.Now()}
 	}
-	if err := schema.DB().Insert(ctx, t.Name, columnNames(t), rows); err != nil {
+	err := schema.DB().Insert(clickhouse.WithDeduplicationToken(ctx, in.token), t.Name, columnNames(t), in.rows)
+	if err != nil {
 		class := clickhouse.ErrorClass(err)
 		s.errors.WithLabelValues(t.Name, class).Inc()
 		if class == clickhouse.ClassSchema || class == clickhouse.ClassRejected {
 			delete(s.ensured, t.Name)
 		}
+		if class == clickhouse.ClassRejected {
+			delete(s.sealed, t.Name)
+		} else {
+			s.sealed[t.Name] = in
+		}
 		return err
 	}
-	s.written.WithLabelValues(t.Name).Add(float64(len(rows)))
+	delete(s.sealed, t.Name)
+	s.written.WithLabelValues(t.Name).Add(float64(len(in.rows)))
 	return nil
 }
 
@@ -401,6 +489,15 @@ func dateTime(t time.Time) time.Time {
 		return time.Unix(0, 0).UTC()
 	}
 	return t.UTC()
+}
+
+// columnNames returns the names of t's columns, in order.
+func columnNames(t *clickhouse.Table) []string {
+	out := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		out[i] = c.Name
+	}
+	return out
 }
 
 func boolByte(b bool) uint8 {
