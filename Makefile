@@ -39,7 +39,7 @@ GOLANGCI_LINT         ?= $(shell $(GO) env GOPATH)/bin/golangci-lint
 # ClickHouse 26.x as a library for the tests (npm; internal/testenv.ChDBPackage).
 CHDB_PACKAGE          ?= @chdb/lib-linux-x64-gnu@26.7.3-stable.1
 
-.PHONY: all build version image image-ref demo test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet golangci-lint helm-lint clean help
+.PHONY: all build version image image-ref demo docs test deps bench bench-scrape bench-scale bench-clickhouse bench-receiver bench-all fuzz lint fmt vet golangci-lint helm-lint clean help
 
 all: lint build test
 
@@ -70,8 +70,11 @@ image: build ## build the container image offline from ./bin into $(IMAGE_ARCHIV
 image-ref: ## print the image reference `make image` tags
 	@echo $(IMAGE)
 
-demo: ## run simulator, exporter and receiver on loopback (and Prometheus with the chart's alerts, if installed); Ctrl-C stops all
+demo: ## run simulator, exporter and receiver on loopback (and Prometheus with the chart's alerts, ClickHouse and Kafka, if installed); Ctrl-C stops all
 	@BIN=$(BIN) GO=$(GO) MAKE=$(MAKE) exec ./scripts/demo.sh
+
+docs: build ## write docs/reference/ (every flag and metric) from the programs themselves; needs clickhouse-server (`make deps`)
+	$(GO) run ./scripts/gendocs -bin $(BIN)
 
 test: ## the whole suite, integration tests included (real services; see `make deps`)
 	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...

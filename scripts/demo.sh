@@ -6,6 +6,10 @@
 #   rtld-receiver  127.0.0.1:9781  (ingest + /metrics, TLS)
 #   prometheus     127.0.0.1:9090  (only when installed: scrapes both, with the
 #                                   Helm chart's alerts when helm is installed)
+#   sinks          127.0.0.1:9792  (only when clickhouse-server is installed: a
+#                  127.0.0.1:9794   ClickHouse, HTTP on :9793, and a Kafka broker
+#                                   (kfake), scripts/demosinks; both programs
+#                                   write to them)
 # (skipping any whose binary is missing), prints where to look, and stops everything
 # on Ctrl-C. Logs go to $DEMO_DIR (default ./data/demo). Every address and
 # directory can be overridden, see the README's "Quick start".
@@ -20,10 +24,16 @@ SIM_ADDR=${SIM_ADDR:-127.0.0.1:9790}
 EXPORTER_ADDR=${EXPORTER_ADDR:-127.0.0.1:9780}
 RECEIVER_ADDR=${RECEIVER_ADDR:-127.0.0.1:9781}
 PROMETHEUS_ADDR=${PROMETHEUS_ADDR:-127.0.0.1:9090}
+CLICKHOUSE_ADDR=${CLICKHOUSE_ADDR:-127.0.0.1:9792}
+CLICKHOUSE_HTTP_ADDR=${CLICKHOUSE_HTTP_ADDR:-127.0.0.1:9793}
+KAFKA_ADDR=${KAFKA_ADDR:-127.0.0.1:9794}
 # Programs found on PATH (helm also in Go's bin directory, where `make deps`
 # installs it); a path, or "none" to leave Prometheus out.
 PROMETHEUS_BIN=${PROMETHEUS_BIN:-prometheus}
 HELM_BIN=${HELM_BIN:-helm}
+# clickhouse-server (or the multi-call clickhouse), or "none": without it the
+# demo runs without ClickHouse and Kafka.
+CLICKHOUSE_BIN=${CLICKHOUSE_BIN:-clickhouse-server}
 SIM_URL="http://$SIM_ADDR"
 # The simulated traffic: a scale on the one model behind the Metrics API and
 # the access logs, and how many environments the receiver serves. At 0.5 the
@@ -31,6 +41,9 @@ SIM_URL="http://$SIM_ADDR"
 # peak, 120 at night), which a laptop delivers, receives and spools easily.
 SIM_TRAFFIC_SCALE=${SIM_TRAFFIC_SCALE:-0.5}
 RECEIVER_ENVIRONMENTS=${RECEIVER_ENVIRONMENTS:-6}
+# How long after a bucket ends the receiver compares its records with the
+# Metrics API: the simulator's data settles in 10 minutes.
+RECONCILE_DELAY=${RECONCILE_DELAY:-12m}
 # The simulator's demo organization and credentials (internal/platformsim).
 ORG_ID=${EDGEPIPE_ORGANIZATION_ID:-7c1e5a0d-3b94-4f26-8d1a-5e0b9c2f4a61}
 export EDGEPIPE_CLIENT_ID=${EDGEPIPE_CLIENT_ID:-edgepipe-demo}
@@ -76,10 +89,17 @@ check_free() {
 }
 
 prometheus=$(find_program "$PROMETHEUS_BIN")
+clickhouse=$(find_program "$CLICKHOUSE_BIN")
+[ -z "${EDGEPIPE_CLICKHOUSE_DSN:-}${EDGEPIPE_KAFKA_BROKERS:-}" ] || clickhouse="" # your own sinks
 check_free "$SIM_ADDR" SIM_ADDR
 check_free "$EXPORTER_ADDR" EXPORTER_ADDR
 check_free "$RECEIVER_ADDR" RECEIVER_ADDR
 [ -z "$prometheus" ] || check_free "$PROMETHEUS_ADDR" PROMETHEUS_ADDR
+if [ -n "$clickhouse" ]; then
+	check_free "$CLICKHOUSE_ADDR" CLICKHOUSE_ADDR
+	check_free "$CLICKHOUSE_HTTP_ADDR" CLICKHOUSE_HTTP_ADDR
+	check_free "$KAFKA_ADDR" KAFKA_ADDR
+fi
 
 "$MAKE" --no-print-directory build BIN="$BIN" GO="$GO"
 mkdir -p "$DEMO_DIR"
@@ -87,20 +107,32 @@ DEMO_DIR=$(cd "$DEMO_DIR" && pwd)
 
 pids=()
 names=()
+sinks_pid="" # stopped last: the programs flush into the sinks as they stop
+# stop_pids SECONDS PID…: SIGTERM, up to SECONDS for a graceful exit, SIGKILL.
+stop_pids() {
+	local grace=$1
+	shift
+	(($#)) || return 0
+	kill -TERM "$@" 2>/dev/null || true
+	for _ in $(seq 1 $((grace * 10))); do
+		alive=0
+		for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+		((alive)) || break
+		sleep 0.1
+	done
+	kill -KILL "$@" 2>/dev/null || true
+	wait "$@" 2>/dev/null || true
+}
 stop_all() {
 	trap - EXIT INT TERM
 	((${#pids[@]})) || exit 0
 	echo
 	echo "demo: stopping ${names[*]}"
-	kill -TERM "${pids[@]}" 2>/dev/null || true
-	for _ in $(seq 1 100); do # up to 10s for a graceful exit
-		alive=0
-		for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-		((alive)) || break
-		sleep 0.1
-	done
-	kill -KILL "${pids[@]}" 2>/dev/null || true
-	wait "${pids[@]}" 2>/dev/null || true
+	local programs=()
+	for pid in "${pids[@]}"; do [ "$pid" = "$sinks_pid" ] || programs+=("$pid"); done
+	stop_pids 10 "${programs[@]}"
+	# demosinks stops ClickHouse (up to 15s) and the broker.
+	[ -z "$sinks_pid" ] || stop_pids 20 "$sinks_pid"
 	echo "demo: stopped (logs in $DEMO_DIR)"
 }
 trap stop_all EXIT
@@ -128,11 +160,11 @@ start() {
 	run "$name" "$BIN/$name" "$@"
 }
 
-# wait_port HOST:PORT NAME: waits up to 15s for a listener; fails if the
-# process died.
+# wait_port HOST:PORT NAME [SECONDS]: waits up to SECONDS (15) for a
+# listener; fails if the process died.
 wait_port() {
-	local addr=$1 name=$2 pid=${pids[-1]}
-	for _ in $(seq 1 150); do
+	local addr=$1 name=$2 seconds=${3:-15} pid=${pids[-1]}
+	for _ in $(seq 1 $((seconds * 10))); do
 		if listening "$addr"; then return 0; fi
 		if ! kill -0 "$pid" 2>/dev/null; then
 			echo "demo: $name exited; last log lines:" >&2
@@ -141,7 +173,7 @@ wait_port() {
 		fi
 		sleep 0.1
 	done
-	echo "demo: $name not listening on $addr after 15s" >&2
+	echo "demo: $name not listening on $addr after ${seconds}s" >&2
 	exit 1
 }
 
@@ -161,6 +193,32 @@ tls_server_config:
   key_file: $TLS_DIR/key.pem
 YML
 
+# ClickHouse and a Kafka broker for both programs' sinks, when
+# clickhouse-server is installed (scripts/demosinks, built here: it is a
+# demo tool, not a product binary), unless EDGEPIPE_CLICKHOUSE_DSN or
+# EDGEPIPE_KAFKA_BROKERS name sinks of your own, which the programs then use.
+have_sinks=false
+exporter_sinks=()
+receiver_sinks=()
+CLICKHOUSE_DB=cdn
+KAFKA_TOPIC=cdn-access-logs
+if [ -n "$clickhouse" ]; then
+	"$GO" build -o "$DEMO_DIR/demosinks" ./scripts/demosinks
+	run sinks "$DEMO_DIR/demosinks" -dir "$DEMO_DIR/sinks" -clickhouse-bin "$clickhouse" \
+		-clickhouse "$CLICKHOUSE_ADDR" -clickhouse-http "$CLICKHOUSE_HTTP_ADDR" -kafka "$KAFKA_ADDR"
+	sinks_pid=${pids[-1]}
+	wait_port "$KAFKA_ADDR" sinks
+	wait_port "$CLICKHOUSE_ADDR" sinks 90
+	exporter_sinks=(--clickhouse.dsn="clickhouse://$CLICKHOUSE_ADDR/$CLICKHOUSE_DB")
+	receiver_sinks=(--kafka.brokers="$KAFKA_ADDR" --kafka.topic="$KAFKA_TOPIC"
+		--clickhouse.dsn="clickhouse://$CLICKHOUSE_ADDR/$CLICKHOUSE_DB")
+	have_sinks=true
+elif [ -n "${EDGEPIPE_CLICKHOUSE_DSN:-}${EDGEPIPE_KAFKA_BROKERS:-}" ]; then
+	echo "demo: EDGEPIPE_CLICKHOUSE_DSN or EDGEPIPE_KAFKA_BROKERS is set: the programs use your sinks, the demo starts none"
+elif [ "$CLICKHOUSE_BIN" != none ]; then
+	echo "demo: clickhouse-server not found (\`make deps\` installs it), so ClickHouse and Kafka are left out"
+fi
+
 have_sim=false
 if start platform-sim --web.listen-address="$SIM_ADDR" --delivery.insecure-skip-verify \
 	--traffic.scale="$SIM_TRAFFIC_SCALE"; then
@@ -173,7 +231,8 @@ if start exporter \
 	--api.url="$SIM_URL" --auth.url="$SIM_URL" \
 	--organization-id="$ORG_ID" \
 	--state.dir="$DEMO_DIR/exporter-state" \
-	--web.listen-address="$EXPORTER_ADDR"; then
+	--web.listen-address="$EXPORTER_ADDR" \
+	"${exporter_sinks[@]}"; then
 	wait_port "$EXPORTER_ADDR" exporter
 	have_exporter=true
 fi
@@ -192,7 +251,9 @@ if [ -x "$BIN/rtld-receiver" ]; then
 			--public-url="https://$RECEIVER_ADDR" \
 			--web.config.file="$TLS_DIR/web.yml" \
 			--spool.dir="$DEMO_DIR/spool" \
-			--web.listen-address="$RECEIVER_ADDR"; then
+			--reconcile.delay="$RECONCILE_DELAY" \
+			--web.listen-address="$RECEIVER_ADDR" \
+			"${receiver_sinks[@]}"; then
 			wait_port "$RECEIVER_ADDR" rtld-receiver
 			have_receiver=true
 		fi
@@ -296,6 +357,21 @@ Queries to try in $PROM_URL/graph:
     sum by (pop, status_class) (rate(cdn_logs_requests_total[1m]))
   seconds since the end of each dataset's newest bucket (how fresh the exported data is)
     max by (dataset) (edgepipe_bucket_lag_seconds)
+MSG
+fi
+if $have_sinks; then
+	ch_client="clickhouse-client --host ${CLICKHOUSE_ADDR%:*} --port ${CLICKHOUSE_ADDR##*:}"
+	cat <<MSG
+
+ClickHouse (database $CLICKHOUSE_DB, $CLICKHOUSE_ADDR) and Kafka (topic $KAFKA_TOPIC, $KAFKA_ADDR): the data arriving
+  access-log records per environment, each counted once (receiver, table access_logs)
+    $ch_client --query "SELECT environment_id, count() AS records FROM $CLICKHOUSE_DB.access_logs FINAL GROUP BY environment_id ORDER BY environment_id"
+  edge requests per country in the last hour, top 5 (exporter, table edge_usage_by_country)
+    $ch_client --query "SELECT country_code, sum(requests_edge_total) AS requests FROM $CLICKHOUSE_DB.edge_usage_by_country FINAL WHERE time >= now() - 3600 GROUP BY country_code ORDER BY requests DESC LIMIT 5"
+  rows in every table, as they arrive (both programs)
+    $ch_client --query "SELECT table, sum(rows) AS rows FROM system.parts WHERE database = '$CLICKHOUSE_DB' AND active GROUP BY table ORDER BY table"
+  the newest access-log records on the topic, as JSON (receiver)
+    kcat -b $KAFKA_ADDR -C -t $KAFKA_TOPIC -o -5 -e -q
 MSG
 fi
 echo "Press Ctrl-C to stop."

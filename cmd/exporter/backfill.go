@@ -15,6 +15,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/backfill"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/preflight"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 )
@@ -45,6 +46,8 @@ func (e *backfillExtension) register(app *kingpin.Application, _ *kingpin.CmdCla
 }
 
 func (e *backfillExtension) setup(context.Context, *host) (parts, error) { return parts{}, nil }
+
+func (e *backfillExtension) checks(*host, *checkState) ([]preflight.Check, error) { return nil, nil }
 
 func (e *backfillExtension) command(ctx context.Context, cmd string, h *host) (bool, error) {
 	if e.cmd == nil || cmd != e.cmd.FullCommand() {

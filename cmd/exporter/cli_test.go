@@ -27,7 +27,8 @@ func exporterBin(t *testing.T) string {
 
 // TestHelpListsEveryFlag: `exporter --help` lists every flag of the
 // application and of the run command (the default), `exporter backfill
-// --help` every flag of backfill, checked against the flag set.
+// --help` every flag of backfill, `exporter check --help` every flag of
+// check, checked against the flag set.
 func TestHelpListsEveryFlag(t *testing.T) {
 	model := newCommandLine(io.Discard, io.Discard).app.Model()
 	for _, tc := range []struct {
@@ -37,6 +38,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		{[]string{"--help"}, "run"},
 		{[]string{"run", "--help"}, "run"},
 		{[]string{"backfill", "--help"}, "backfill"},
+		{[]string{"check", "--help"}, "check"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			testenv.CheckHelp(t, exporterBin(t), tc.args, testenv.FlagNames(model, tc.cmd), 20)

@@ -13,9 +13,11 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/edgepipe/edgepipe/internal/cli"
+	"github.com/edgepipe/edgepipe/internal/preflight"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorysink"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 )
 
@@ -161,4 +163,34 @@ func (e *clickhouseExtension) setup(ctx context.Context, h *host) (parts, error)
 
 func (e *clickhouseExtension) command(context.Context, string, *host) (bool, error) {
 	return false, nil
+}
+
+// checks are "ClickHouse" (the server, read-only) and "ClickHouse tables":
+// the table of every dataset polled, as exported, and the inventory's,
+// as the sink would find them at start.
+func (e *clickhouseExtension) checks(h *host, st *checkState) ([]preflight.Check, error) {
+	if e.flags == nil || !e.flags.enabled() {
+		return nil, nil
+	}
+	sink, err := e.flags.newSink(h, nil)
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, func() { _ = sink.Close(context.Background()) })
+	var db *clickhouse.DB
+	keep := func(d *clickhouse.DB) {
+		db = d
+		st.closers = append(st.closers, func() { _ = d.Close() })
+	}
+	inspect := func(ctx context.Context) ([]*clickhouse.TableReport, error) {
+		extra := []*clickhouse.Table{inventorytables.EnvironmentsTable()}
+		if st.certificates {
+			extra = append(extra, inventorytables.CertificatesTable())
+		}
+		return sink.Inspect(ctx, db, st.datasets, extra...)
+	}
+	return []preflight.Check{
+		preflight.ClickHouse(e.flags.dsn, sink.OpenReadOnly, keep),
+		preflight.ClickHouseTables("ClickHouse tables", inspect, checkDatasets),
+	}, nil
 }

@@ -116,6 +116,9 @@ type host struct {
 	platformClock *schedule.PlatformClock
 	// rateLimits overrides the client's default budgets (tests).
 	rateLimits map[string]platform.Limits
+	// once makes every API call one attempt bounded by checkCallTimeout
+	// (`exporter check` tries each thing once).
+	once bool
 
 	mu      sync.Mutex
 	sim     simulation // under --simulate
@@ -156,7 +159,7 @@ func (h *host) clients(_ context.Context) (*apiClients, error) {
 		}
 		h.closers = append(h.closers, stop)
 	}
-	pc, err := platform.New(platform.Config{
+	cfg := platform.Config{
 		BaseURL:      c.apiURL,
 		AuthURL:      c.authURL,
 		ClientID:     c.clientID,
@@ -166,7 +169,11 @@ func (h *host) clients(_ context.Context) (*apiClients, error) {
 		Version:      h.version,
 		DateObserver: dateObserver(h.platformClock),
 		RateLimits:   h.rateLimits,
-	})
+	}
+	if h.once {
+		cfg.Retry.MaxAttempts, cfg.Timeout = 1, checkCallTimeout
+	}
+	pc, err := platform.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("platform client: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 
 	"github.com/edgepipe/edgepipe/internal/inventory"
+	"github.com/edgepipe/edgepipe/internal/preflight"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 )
 
@@ -23,6 +24,11 @@ type extension interface {
 	// command runs cmd (kingpin's FullCommand) if it is one of the
 	// extension's own commands, and reports whether it was.
 	command(ctx context.Context, cmd string, h *host) (handled bool, err error)
+	// checks returns the extension's checks for `exporter check` from the
+	// run command's flags (none when they leave it disabled), or the error
+	// the run command would stop with for those flags. st carries what
+	// earlier checks found; its closers run when the checks are done.
+	checks(h *host, st *checkState) ([]preflight.Check, error)
 }
 
 // parts are what an extension adds to the run command.

@@ -24,13 +24,18 @@
 // records what it loaded, so running the same command again after an
 // interruption continues where it stopped (--restart loads everything again).
 //
+// check (check.go) takes the run command's flags and tries, once, each
+// setting, credential and endpoint the run command would use with them,
+// one line per check, and exits 0 only when every check passed.
+//
 // # How optional sinks and commands are organised
 //
 // The core of the program (this file, config.go, run.go) knows only the
 // Prometheus and OTLP sinks. Everything else is an extension (extension.go):
 // a type in its own file that adds flags to the run command and commands to
 // the application (register), contributes publishers, a resume source and a
-// shutdown hook to a run (setup), and runs its own commands (command). The
+// shutdown hook to a run (setup), runs its own commands (command), and
+// contributes its checks to `exporter check` (checks). The
 // list of compiled-in extensions is extensions() in extension.go; today they
 // are the ClickHouse sink (clickhouse.go) and the backfill command
 // (backfill.go). Extensions reach the parsed common flags, the logger, the
@@ -56,7 +61,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	if err != nil && !errors.Is(err, cli.ErrPrinted) { // ErrPrinted: the metrics were described
 		fmt.Fprintln(os.Stderr, "exporter:", err)
 		os.Exit(1)
 	}
@@ -70,6 +75,8 @@ type commandLine struct {
 	runCmd *kingpin.CmdClause
 	run    *runFlags
 	exts   []extension
+	// checkCmd is `exporter check`, which takes the run command's flags.
+	checkCmd *kingpin.CmdClause
 }
 
 // newCommandLine declares the exporter's flags and commands; help and
@@ -82,6 +89,9 @@ func newCommandLine(stdout, stderr io.Writer) *commandLine {
 	for _, e := range cl.exts {
 		e.register(app.Application, cl.runCmd)
 	}
+	cl.checkCmd = app.Command("check", "Try once each setting, credential and endpoint the run command would use with the same flags and variables, "+
+		"print a line per check saying what it found or what to fix, and exit 0 only when every check passed. It creates and changes nothing.")
+	cli.ShareFlags(cl.checkCmd, cl.runCmd)
 	return cl
 }
 
@@ -94,6 +104,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if cmd == cl.checkCmd.FullCommand() {
+		return runCheck(ctx, cl, stdout)
 	}
 	h, err := newHost(cl.common, cl.app.Logger())
 	if err != nil {

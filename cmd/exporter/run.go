@@ -83,6 +83,29 @@ func registerRunFlags(cmd *kingpin.CmdClause) *runFlags {
 	return f
 }
 
+// validate refuses flag values of the run command that cannot work,
+// naming the flag, before anything is built.
+func (f *runFlags) validate() error {
+	if f.maxSeries < 0 {
+		return fmt.Errorf("--prometheus.max-series must not be negative, got %d", f.maxSeries)
+	}
+	if f.shutdownTimeout <= 0 {
+		return fmt.Errorf("--shutdown-timeout must be positive, got %s", f.shutdownTimeout)
+	}
+	if f.inventoryInterval < 0 {
+		return fmt.Errorf("--inventory.interval must not be negative (0 turns the certificate inventory off), got %s", f.inventoryInterval)
+	}
+	if otel.Enabled(f.otlpEndpoint) {
+		if _, err := otel.Protocol(f.otlpProtocol); err != nil {
+			return err
+		}
+		if _, err := otel.Temporality(f.otlpTemporality); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // runDeps are test seams of the run command; production uses zero values.
 type runDeps struct {
 	clock    schedule.Clock       // default: the wall clock
@@ -133,6 +156,7 @@ func runExporter(ctx context.Context, h *host, f *runFlags, exts []extension, de
 			},
 		},
 		Metrics:  x.metrics,
+		Registry: x.reg,
 		Handler:  x.handler,
 		Listener: deps.listener,
 	}, h.log)
@@ -174,14 +198,8 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	if x.reg == nil {
 		x.reg = prometheus.NewRegistry()
 	}
-	if f.maxSeries < 0 {
-		return nil, fmt.Errorf("--prometheus.max-series must not be negative, got %d", f.maxSeries)
-	}
-	if f.shutdownTimeout <= 0 {
-		return nil, fmt.Errorf("--shutdown-timeout must be positive, got %s", f.shutdownTimeout)
-	}
-	if f.inventoryInterval < 0 {
-		return nil, fmt.Errorf("--inventory.interval must not be negative (0 turns the certificate inventory off), got %s", f.inventoryInterval)
+	if err := f.validate(); err != nil {
+		return nil, err
 	}
 	// The platform's clock is the clock: polls are planned by the Date
 	// headers of the API's answers, the local clock only sleeps.

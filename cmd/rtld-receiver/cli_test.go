@@ -24,8 +24,9 @@ func receiverBin(t *testing.T) string {
 }
 
 // TestHelpListsEveryFlag: `rtld-receiver --help` lists every flag of the
-// application and of the run command, each dead-letter command's --help
-// every flag of that command, checked against the flag set.
+// application and of the run command, each dead-letter command's and the
+// check command's --help every flag of that command, checked against the
+// flag set.
 func TestHelpListsEveryFlag(t *testing.T) {
 	model := newCommandLine(io.Discard, io.Discard).app.Model()
 	for _, tc := range []struct {
@@ -35,6 +36,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 		{[]string{"--help"}, cmdRun},
 		{[]string{"dead-letter", "list", "--help"}, cmdDeadLetterList},
 		{[]string{"dead-letter", "replay", "--help"}, cmdDeadLetterReplay},
+		{[]string{"check", "--help"}, cmdCheck},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			testenv.CheckHelp(t, receiverBin(t), tc.args, testenv.FlagNames(model, tc.cmd), 40)

@@ -13,6 +13,10 @@
 // delivers them again through the same sink code (with the same flags as
 // the receiver, after the operator fixed the topic or table) and removes
 // what the sink acknowledged. Replay is safe while the receiver runs.
+//
+// check (check.go) tries, once, each setting, credential and endpoint the
+// receiver would use with the same flags, one line per check, and exits 0
+// only when every check passed.
 package main
 
 import (
@@ -42,6 +46,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/rtld"
 	"github.com/edgepipe/edgepipe/internal/rtld/deadletter"
 	"github.com/edgepipe/edgepipe/internal/rtld/receiver"
+	"github.com/edgepipe/edgepipe/internal/rtld/reconcile"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
 	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
@@ -51,7 +56,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	if err != nil && !errors.Is(err, cli.ErrPrinted) { // ErrPrinted: the metrics were described
 		fmt.Fprintln(os.Stderr, "rtld-receiver:", err)
 		os.Exit(1)
 	}
@@ -62,6 +67,7 @@ const (
 	cmdRun              = "run"
 	cmdDeadLetterList   = "dead-letter list"
 	cmdDeadLetterReplay = "dead-letter replay"
+	cmdCheck            = "check"
 )
 
 // flags holds the parsed command line.
@@ -103,6 +109,7 @@ type flags struct {
 	retryAfter          time.Duration
 	gapGrace            time.Duration
 	logMetrics          logMetricsFlags
+	reconcile           reconcileFlags
 	simulate            bool
 	simTrafficScale     float64
 	simEnvironments     int
@@ -184,6 +191,7 @@ func newCommandLine(stdout, stderr io.Writer) *flags {
 	app.Flag("dead-letter.max-bytes", "Size bound of the dead-letter store (<spool.dir>/dead-letter), all sinks together; rejected records that do not fit are dropped for that sink (the other sink still has them), counted in edgepipe_rtld_dead_letter_dropped_records_total and logged.").Default(units.Base2Bytes(deadletter.DefaultMaxBytes).String()).BytesVar(&f.deadLetterMaxBytes)
 	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default(receiver.DefaultGapGrace.String()).DurationVar(&f.gapGrace)
 	f.logMetrics.add(app)
+	f.reconcile.add(app)
 	app.Flag("simulate", "Run against the built-in platform simulator: it serves the API in-process and delivers log batches to this receiver over TLS on loopback.").BoolVar(&f.simulate)
 	app.Flag("simulate.traffic-scale", "With --simulate: multiplies the simulated traffic, the Metrics API's counts and the access logs alike (1: about 100 records/s for the first 3 environments).").
 		Default(strconv.FormatFloat(defaultSimTrafficScale, 'g', -1, 64)).Float64Var(&f.simTrafficScale)
@@ -197,6 +205,8 @@ func newCommandLine(stdout, stderr io.Writer) *flags {
 	replay := dl.Command("replay", "Deliver the dead letters again through the sink (after the topic or table was fixed); what the sink acknowledges is removed, what it rejects again stays. Safe while the receiver runs; one replay per sink at a time.")
 	replay.Flag("sink", "Only this sink's dead letters (kafka or clickhouse); default every sink that has some.").EnumVar(&f.deadLetterSink, receiver.SinkKafka, receiver.SinkClickHouse)
 	replay.Flag("timeout", "Give up (keeping what was not delivered) when the sink stays unreachable this long.").Default("5m").DurationVar(&f.replayTimeout)
+	app.Command(cmdCheck, "Try once each setting, credential and endpoint the receiver would use with the same flags and variables, "+
+		"print a line per check saying what it found or what to fix, and exit 0 only when every check passed. It creates and changes nothing.")
 	return f
 }
 
@@ -217,31 +227,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	f.resolve(cmd)
+	if f.command == cmdCheck {
+		return runCheck(ctx, f, stdout)
+	}
 	if err := checkSizes(f); err != nil {
+		return err
+	}
+	if err := f.reconcile.check(f.clickhouseDSN); err != nil {
 		return err
 	}
 	log := f.app.Logger()
 
-	var username, password, chPassword, kafkaUsername, kafkaPassword string
-	for _, s := range []struct {
-		secret *cli.Secret
-		dst    *string
-	}{
-		{f.rtldUsername, &username},
-		{f.rtldPassword, &password},
-		{f.clickhousePassword, &chPassword},
-		{f.kafkaUsername, &kafkaUsername},
-		{f.kafkaPassword, &kafkaPassword},
-	} {
-		if *s.dst, err = s.secret.Read(); err != nil {
-			return err
-		}
+	sec, err := f.readSecrets()
+	if err != nil {
+		return err
 	}
+	username, password := sec.rtldUsername, sec.rtldPassword
+	chPassword, kafkaUsername, kafkaPassword := sec.clickhousePassword, sec.kafkaUsername, sec.kafkaPassword
 	switch f.command {
 	case cmdDeadLetterList:
 		return listDeadLetters(f, stdout)
 	case cmdDeadLetterReplay:
-		return replayDeadLetters(ctx, f, sinkSecrets{chPassword, kafkaUsername, kafkaPassword}, log, stdout)
+		return replayDeadLetters(ctx, f, sec.sinkSecrets, log, stdout)
 	}
 	cfg := receiver.Config{
 		SpoolDir:          f.spoolDir,
@@ -296,32 +303,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.ClickHouse, err = clickhouseConfig(f, chPassword); err != nil {
 		return err
 	}
-	if f.register {
-		if len(cfg.EnvironmentIDs) == 0 {
-			return errors.New("--environment-id is required to register profiles (or --no-register)")
-		}
-		if p.APIURL == "" {
-			return errors.New("--api.url (or EDGEPIPE_API_URL) is required to register profiles (or --no-register)")
-		}
-		if sim == nil {
-			if clientID, clientSecret, err = p.Credentials(); err != nil {
-				return fmt.Errorf("%w; they are needed to register profiles (or --no-register)", err)
-			}
-		}
-		if !strings.HasPrefix(f.publicURL, "https://") {
-			return errors.New("--public-url must be an https URL the platform can reach (the platform posts only to https)")
-		}
-		client, err := platform.New(platform.Config{BaseURL: p.APIURL, AuthURL: p.AuthURL, ClientID: clientID, ClientSecret: clientSecret,
-			Logger: log, Version: cli.Version()})
-		if err != nil {
-			return err
-		}
-		cfg.ProfileAPI = client.RTLD()
-		cfg.Registrar = &rtld.RegistrarConfig{
-			EnvironmentIDs: cfg.EnvironmentIDs, ProfileName: f.profileName, PublicURL: strings.TrimRight(f.publicURL, "/"),
-			Username: cfg.Ingest.Username, Password: cfg.Ingest.Password, Fields: cli.SplitList(f.fields),
-			Interval: f.registerInterval,
-		}
+	if err := platformConfig(f, &cfg, sim != nil, clientID, clientSecret, log); err != nil {
+		return err
 	}
 
 	setMemoryLimit(cfg, log)
@@ -350,8 +333,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				{Address: "/readyz", Text: "Readiness", Description: "ready while the spool takes batches"},
 			},
 		},
-		Metrics: cli.MetricsHandler(rcv.Registry(), log),
-		Handler: rcv.Handler(),
+		Metrics:  cli.MetricsHandler(rcv.Registry(), log),
+		Registry: rcv.Registry(),
+		Handler:  rcv.Handler(),
 		Server: &http.Server{
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       2 * time.Minute,
@@ -384,7 +368,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}, func(error) { stopRun() })
 	log.Info("rtld receiver started", "spool", f.spoolDir, "environments", len(cfg.EnvironmentIDs),
-		"kafka", cfg.Kafka != nil, "kafka_tls", f.kafkaTLS, "kafka_sasl", f.kafkaSASLMechanism, "clickhouse", cfg.ClickHouse != nil, "clickhouse_cluster", f.clickhouseCluster, "register", f.register, "simulate", f.simulate,
+		"kafka", cfg.Kafka != nil, "kafka_tls", f.kafkaTLS, "kafka_sasl", f.kafkaSASLMechanism, "clickhouse", cfg.ClickHouse != nil, "clickhouse_cluster", f.clickhouseCluster, "register", f.register, "reconcile", cfg.Reconcile != nil, "simulate", f.simulate,
 		"log_metrics", cfg.LogMetrics != nil, "log_metrics_labels", f.logMetrics.labels)
 	err = g.Run()
 	if err == nil {
@@ -392,6 +376,102 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log.Info("rtld receiver stopped")
 	return err
+}
+
+// secrets are the receiver's secrets (the API client's are read by
+// cli.Platform).
+type secrets struct {
+	rtldUsername, rtldPassword string
+	sinkSecrets
+}
+
+// readSecrets reads the receiver's secrets from the environment and the
+// files named there or by the --…-file flags.
+func (f *flags) readSecrets() (secrets, error) {
+	var sec secrets
+	for _, s := range []struct {
+		secret *cli.Secret
+		dst    *string
+	}{
+		{f.rtldUsername, &sec.rtldUsername},
+		{f.rtldPassword, &sec.rtldPassword},
+		{f.clickhousePassword, &sec.clickhousePassword},
+		{f.kafkaUsername, &sec.kafkaUsername},
+		{f.kafkaPassword, &sec.kafkaPassword},
+	} {
+		var err error
+		if *s.dst, err = s.secret.Read(); err != nil {
+			return secrets{}, err
+		}
+	}
+	return sec, nil
+}
+
+// platformConfig sets up what the receiver asks the platform for: the
+// profiles it registers (--register) and the Metrics API it reconciles
+// with (--reconcile.delay), on one client that follows the platform's clock.
+// Without --register, reconciliation needs --api.url and the API
+// credentials, and is turned off (with a warning) when they are missing.
+func platformConfig(f *flags, cfg *receiver.Config, simulated bool, clientID, clientSecret string, log *slog.Logger) error {
+	p := f.platform
+	reconciling := f.reconcile.delay > 0
+	if f.register {
+		if len(cfg.EnvironmentIDs) == 0 {
+			return errors.New("--environment-id is required to register profiles (or --no-register)")
+		}
+		if p.APIURL == "" {
+			return errors.New("--api.url (or EDGEPIPE_API_URL) is required to register profiles (or --no-register)")
+		}
+		if !simulated {
+			var err error
+			if clientID, clientSecret, err = p.Credentials(); err != nil {
+				return fmt.Errorf("%w; they are needed to register profiles (or --no-register)", err)
+			}
+		}
+		if !strings.HasPrefix(f.publicURL, "https://") {
+			return errors.New("--public-url must be an https URL the platform can reach (the platform posts only to https)")
+		}
+	} else if reconciling {
+		var err error
+		switch {
+		case p.APIURL == "":
+			err = errors.New("no --api.url")
+		case len(cfg.EnvironmentIDs) == 0:
+			err = errors.New("no --environment-id")
+		case !simulated:
+			clientID, clientSecret, err = p.Credentials()
+		}
+		if err != nil {
+			log.Info("log delivery is not checked against the Metrics API", "reason", err)
+			reconciling = false
+		}
+	}
+	if !f.register && !reconciling {
+		return nil
+	}
+	clock := reconcile.NewPlatformTime(nil)
+	client, err := platform.New(platform.Config{BaseURL: p.APIURL, AuthURL: p.AuthURL, ClientID: clientID, ClientSecret: clientSecret,
+		Logger: log, Version: cli.Version(), DateObserver: clock})
+	if err != nil {
+		return err
+	}
+	cfg.ProfileAPI = client.RTLD()
+	if f.register {
+		percent, err := f.reconcile.downsamplingPercent()
+		if err != nil {
+			return err
+		}
+		cfg.Registrar = &rtld.RegistrarConfig{
+			EnvironmentIDs: cfg.EnvironmentIDs, ProfileName: f.profileName, PublicURL: strings.TrimRight(f.publicURL, "/"),
+			Username: cfg.Ingest.Username, Password: cfg.Ingest.Password, Fields: cli.SplitList(f.fields),
+			Interval: f.registerInterval, DownsamplingPercent: percent,
+		}
+	}
+	if reconciling {
+		cfg.Reconcile = f.reconcile.config(client, clock, f.profileName)
+		cfg.WatchInterval = f.registerInterval
+	}
+	return nil
 }
 
 // checkRecordLimit refuses a record limit Kafka could never take: a record

@@ -67,10 +67,7 @@ func startSimulation(f *flags, log *slog.Logger) (*simulation, error) {
 		sim.Close()
 		return nil, fmt.Errorf("simulate: starting the simulator: %w", err)
 	}
-	envs := sim.EnvironmentIDs()
-	if f.simEnvironments > 0 && f.simEnvironments < len(envs) {
-		envs = envs[:f.simEnvironments]
-	}
+	envs := simulatedEnvironments(f, sim)
 	s := &simulation{
 		sim: sim, ingest: l, apiURL: apiURL,
 		publicURL:      "https://" + l.Addr().String(),
@@ -80,6 +77,34 @@ func startSimulation(f *flags, log *slog.Logger) (*simulation, error) {
 	}
 	log.Info("simulate: platform simulator running", "api_url", apiURL, "ingest_url", s.publicURL, "environments", len(envs))
 	return s, nil
+}
+
+// simulatedEnvironments are the simulator's environments --simulate
+// serves when no --environment-id is given.
+func simulatedEnvironments(f *flags, sim *platformsim.Server) []string {
+	envs := sim.EnvironmentIDs()
+	if f.simEnvironments > 0 && f.simEnvironments < len(envs) {
+		envs = envs[:f.simEnvironments]
+	}
+	return envs
+}
+
+// startSimulatedAPI starts the simulator's API alone, without log
+// delivery, for `check --simulate`: it points the platform flags at it
+// and returns the demo credentials, the environments --simulate serves and
+// a function that stops it.
+func startSimulatedAPI(f *flags) (clientID, clientSecret string, envs []string, stop func(), err error) {
+	sim, err := platformsim.New(platformsim.Config{Seed: 1})
+	if err != nil {
+		return "", "", nil, nil, fmt.Errorf("simulate: %w", err)
+	}
+	apiURL, err := sim.Start("127.0.0.1:0")
+	if err != nil {
+		sim.Close()
+		return "", "", nil, nil, fmt.Errorf("simulate: starting the simulator: %w", err)
+	}
+	f.platform.APIURL, f.platform.AuthURL = apiURL, apiURL
+	return platformsim.DemoClientID, platformsim.DemoClientSecret, simulatedEnvironments(f, sim), func() { _ = sim.Close() }, nil
 }
 
 // ingestActor returns the TLS ingest listener's server serving h as an

@@ -5,8 +5,9 @@
 //   - App: a kingpin application with --help (which also lists the flags
 //     of the default command), --version (prometheus/common/version.Print
 //     with the program's name), the promslog flags --log.level and
-//     --log.format, and parse errors that name the flag and end in
-//     "try --help".
+//     --log.format, the hidden --help-json (the command line as JSON, for
+//     the generated reference: describe.go), and parse errors that name the
+//     flag and end in "try --help".
 //   - Platform: the flags and credentials saying where the platform's API
 //     is (--api.url, --auth.url defaulting to it, --environment-id,
 //     EDGEPIPE_CLIENT_ID and EDGEPIPE_CLIENT_SECRET or --client-secret-file).
@@ -37,9 +38,11 @@ import (
 	"github.com/prometheus/common/version"
 )
 
-// ErrPrinted is returned by Parse when the command line asked for --help or
-// --version, which Parse printed: the program should exit with status 0.
-var ErrPrinted = errors.New("help or version printed")
+// ErrPrinted is returned by Parse when the command line asked for --help,
+// --version or --help-json, which Parse printed, and by Web.NewServer when
+// --web.describe-metrics asked for the program's metrics, which it wrote:
+// the program should exit with status 0.
+var ErrPrinted = errors.New("help, version or description printed")
 
 // FlagGroup is where flags are added: an *App, its *kingpin.Application or
 // a *kingpin.CmdClause.
@@ -51,6 +54,7 @@ type FlagGroup interface {
 // embedded kingpin application, then call Parse.
 type App struct {
 	*kingpin.Application
+	stdout io.Writer
 	stderr io.Writer
 	logCfg promslog.Config
 	// exitCode is set when kingpin asked to terminate (after --help or
@@ -62,7 +66,7 @@ type App struct {
 // "exporter"), described by help. Help and --version go to stdout, the
 // logger built by Logger to stderr.
 func New(program, help string, stdout, stderr io.Writer) *App {
-	a := &App{Application: kingpin.New(program, help), stderr: stderr}
+	a := &App{Application: kingpin.New(program, help), stdout: stdout, stderr: stderr}
 	a.HelpFlag.Short('h')
 	a.UsageWriter(stdout)
 	a.ErrorWriter(stderr)
@@ -75,6 +79,7 @@ func New(program, help string, stdout, stderr io.Writer) *App {
 	})
 	a.Version(version.Print(program))
 	promslogflag.AddFlags(a.Application, &a.logCfg)
+	a.addHelpJSON()
 	return a
 }
 

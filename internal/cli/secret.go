@@ -23,9 +23,22 @@ type Secret struct {
 func SecretFlag(fg FlagGroup, flag, env, help string) *Secret {
 	s := &Secret{env: env, flag: flag}
 	fg.Flag(flag, fmt.Sprintf("%s Instead of $%s, or the file named by $%s_FILE.", help, env, env)).
-		PlaceHolder("FILE").StringVar(&s.file)
+		PlaceHolder("FILE").SetValue(secretFile{s})
 	return s
 }
+
+// secretFile is the value of a Secret's file flag: the file's path. Its
+// type tells the command line's description (--help-json) which variable
+// the secret comes from otherwise.
+type secretFile struct{ s *Secret }
+
+// Set sets the file's path.
+func (f secretFile) Set(path string) error {
+	f.s.file = path
+	return nil
+}
+
+func (f secretFile) String() string { return f.s.file }
 
 // EnvSecret is a credential that has no flag (a user name, a client ID):
 // it comes from $<env>_FILE or $<env>.

@@ -26,12 +26,18 @@ import (
 type Web struct {
 	// Flags are the parsed flags.
 	Flags *web.FlagConfig
+	// describeMetrics is the hidden --web.describe-metrics (describe.go).
+	describeMetrics string
 }
 
 // AddWebFlags adds the --web.* flags to fg, listening on defaultAddress
-// unless told otherwise.
+// unless told otherwise, and the hidden --web.describe-metrics.
 func AddWebFlags(fg FlagGroup, defaultAddress string) *Web {
-	return &Web{Flags: kingpinflag.AddFlags(fg, defaultAddress)}
+	w := &Web{Flags: kingpinflag.AddFlags(fg, defaultAddress)}
+	fg.Flag("web.describe-metrics", "Once started, write every metric family /metrics can serve (name, type, help, labels) "+
+		"to this file as JSON and exit instead of serving, for docs/reference (make docs).").
+		Hidden().PlaceHolder("FILE").StringVar(&w.describeMetrics)
+	return w
 }
 
 // Site is what a program serves on its listener.
@@ -41,6 +47,9 @@ type Site struct {
 	Landing web.LandingConfig
 	// Metrics serves /metrics (see MetricsHandler).
 	Metrics http.Handler
+	// Registry is the registry Metrics serves, which the hidden
+	// --web.describe-metrics describes.
+	Registry *prometheus.Registry
 	// Handler serves every other path (nil: 404).
 	Handler http.Handler
 	// Server holds the timeouts and limits of the http.Server (its Handler
@@ -59,8 +68,16 @@ type Server struct {
 	log      *slog.Logger
 }
 
-// NewServer prepares the server of site; Run serves it.
+// NewServer prepares the server of site; Run serves it. With
+// --web.describe-metrics it writes the description of site.Registry instead
+// and returns ErrPrinted: the program has started up, and stops there.
 func (w *Web) NewServer(site Site, logger *slog.Logger) (*Server, error) {
+	if w.describeMetrics != "" {
+		if err := writeMetricsJSON(w.describeMetrics, site.Registry); err != nil {
+			return nil, err
+		}
+		return nil, ErrPrinted
+	}
 	lc := site.Landing
 	lc.Version = version.Version
 	lc.Profiling = "false" // no /debug/pprof here

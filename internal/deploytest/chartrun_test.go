@@ -65,11 +65,7 @@ func TestChartCommandLinesRun(t *testing.T) {
 }
 
 func runRenderedPrograms(t *testing.T, m manifests, https bool) {
-	bins := buildCommands(t, "exporter", "rtld-receiver")
-	ch := testenv.ClickHouse(t)
-	kafka := testenv.Kafka(t)
-	_, otlpAddr := otlptest.StartGRPC(t)
-
+	svc := newServices(t)
 	ws := m.workloads(t)
 	if len(ws) != 2 {
 		t.Fatalf("%d workloads, want 2", len(ws))
@@ -80,109 +76,9 @@ func runRenderedPrograms(t *testing.T, m manifests, https bool) {
 	}
 	var programs []program
 	for key, w := range ws {
-		ps := w.Spec.Template.Spec
-		c := ps.Containers[0]
-		if len(c.Command) != 1 {
-			t.Fatalf("%s: command %v", key, c.Command)
-		}
-		bin, ok := bins[filepath.Base(c.Command[0])]
-		if !ok {
-			t.Fatalf("%s: runs %s, which is none of the built commands", key, c.Command[0])
-		}
-		tmp := t.TempDir()
-
-		// Volumes: a directory per mount; Secret volumes filled with the
-		// rendered Secret's data, or a fresh certificate for a TLS Secret
-		// the chart references but does not create; ConfigMap volumes with
-		// the rendered ConfigMap's data.
-		var mounts []string
-		for _, vm := range c.VolumeMounts {
-			mounts = append(mounts, vm.MountPath, filepath.Join(tmp, "volume-"+vm.Name))
-		}
-		paths := strings.NewReplacer(mounts...)
-		for _, vm := range c.VolumeMounts {
-			dir := filepath.Join(tmp, "volume-"+vm.Name)
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			for _, v := range ps.Volumes {
-				if v.Name != vm.Name || v.Secret == nil && v.ConfigMap == nil {
-					continue
-				}
-				var files map[string]string
-				if v.ConfigMap != nil {
-					if files = configMapFiles(t, m, v.ConfigMap.Name); files == nil {
-						t.Fatalf("%s: volume %s names ConfigMap %s, which the chart does not render", key, v.Name, v.ConfigMap.Name)
-					}
-				} else if files = secretFiles(t, m, v.Secret.SecretName); files == nil {
-					files = selfSignedTLS(t)
-				}
-				for name, content := range files {
-					// Files name mount paths (a web config naming the
-					// certificate): map them like the arguments.
-					if err := os.WriteFile(filepath.Join(dir, name), []byte(paths.Replace(content)), 0o600); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-		}
-
-		env := map[string]string{}
-		for _, ev := range c.Env {
-			switch {
-			case ev.Value != nil:
-				env[ev.Name] = *ev.Value
-			case ev.ValueFrom == nil:
-				t.Fatalf("%s: env %s has neither value nor valueFrom", key, ev.Name)
-			case ev.ValueFrom.SecretKeyRef != nil:
-				switch ev.Name {
-				case "EDGEPIPE_CLICKHOUSE_DSN":
-					env[ev.Name] = ch.DSN(ch.NewDatabase(t))
-				case "EDGEPIPE_CLICKHOUSE_PASSWORD":
-					// the test server's user has none
-				default:
-					env[ev.Name] = "value-of-" + ev.ValueFrom.SecretKeyRef.Key
-				}
-			case ev.ValueFrom.FieldRef != nil && ev.ValueFrom.FieldRef.FieldPath == "metadata.labels['apps.kubernetes.io/pod-index']":
-				env[ev.Name] = "1" // the second replica
-			case ev.ValueFrom.ResourceFieldRef != nil && ev.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
-				n, err := quantityBytes(c.Resources.Limits["memory"])
-				if err != nil {
-					t.Fatalf("%s: %s: %v", key, ev.Name, err)
-				}
-				env[ev.Name] = strconv.FormatInt(n, 10) // what the kubelet passes
-			default:
-				t.Fatalf("%s: env %s: unsupported valueFrom %+v", key, ev.Name, *ev.ValueFrom)
-			}
-		}
-		if _, ok := env["EDGEPIPE_KAFKA_BROKERS"]; ok {
-			env["EDGEPIPE_KAFKA_BROKERS"] = kafka.Addr()
-		}
-
+		c := w.Spec.Template.Spec.Containers[0]
 		addr := testenv.FreeAddr(t)
-		var args []string
-		for _, a := range c.Args {
-			// $(VAR) as Kubernetes expands it.
-			a = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(a, func(ref string) string {
-				name := ref[2 : len(ref)-1]
-				if v, ok := env[name]; ok {
-					return v
-				}
-				t.Errorf("%s: %s refers to undefined %s", key, a, name)
-				return ref
-			})
-			switch {
-			case strings.HasPrefix(a, "--web.listen-address="):
-				a = "--web.listen-address=" + addr
-			case strings.HasPrefix(a, "--otlp.endpoint="):
-				a = "--otlp.endpoint=http://" + otlpAddr
-			}
-			args = append(args, paths.Replace(a))
-		}
-		environ := []string{"HOME=" + tmp, "TMPDIR=" + tmp, "PATH=" + os.Getenv("PATH")}
-		for k, v := range env {
-			environ = append(environ, k+"="+v)
-		}
+		bin, args, environ := svc.commandLine(t, m, key, w.Spec.Template.Spec, c, addr)
 		t.Logf("%s: %s %s", key, filepath.Base(bin), strings.Join(args, " "))
 		exited := startProgramEnv(t, bin, environ, args...)
 
@@ -221,6 +117,143 @@ func runRenderedPrograms(t *testing.T, m manifests, https bool) {
 			return nil
 		})
 	}
+}
+
+// services are the test's stand-ins for what the chart's command lines
+// point outside the pod at: the built programs, ClickHouse, Kafka and an
+// OTLP receiver.
+type services struct {
+	bins     map[string]string
+	ch       *testenv.ClickHouseServer
+	kafka    *testenv.KafkaBroker
+	otlpAddr string
+}
+
+func newServices(t *testing.T) services {
+	t.Helper()
+	_, otlpAddr := otlptest.StartGRPC(t)
+	return services{bins: buildCommands(t, "exporter", "rtld-receiver"), ch: testenv.ClickHouse(t), kafka: testenv.Kafka(t), otlpAddr: otlpAddr}
+}
+
+// commandLine returns the program, arguments and environment container c
+// of pod spec ps (workload key) runs with, exactly as the chart renders
+// them, with only what points outside the test replaced: the listen
+// address (by listen), volume paths (a directory each, filled as below),
+// the sinks' addresses, credential values and downward-API values.
+func (s services) commandLine(t *testing.T, m manifests, key string, ps podSpec, c container, listen string) (bin string, args, environ []string) {
+	t.Helper()
+	if len(c.Command) != 1 {
+		t.Fatalf("%s: command %v", key, c.Command)
+	}
+	bin, ok := s.bins[filepath.Base(c.Command[0])]
+	if !ok {
+		t.Fatalf("%s: runs %s, which is none of the built commands", key, c.Command[0])
+	}
+	tmp := t.TempDir()
+	paths := mountVolumes(t, m, key, ps, c, tmp)
+	env := s.environment(t, key, c)
+	for _, a := range c.Args {
+		// $(VAR) as Kubernetes expands it.
+		a = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`).ReplaceAllStringFunc(a, func(ref string) string {
+			name := ref[2 : len(ref)-1]
+			if v, ok := env[name]; ok {
+				return v
+			}
+			t.Errorf("%s: %s refers to undefined %s", key, a, name)
+			return ref
+		})
+		switch {
+		case strings.HasPrefix(a, "--web.listen-address="):
+			a = "--web.listen-address=" + listen
+		case strings.HasPrefix(a, "--otlp.endpoint="):
+			a = "--otlp.endpoint=http://" + s.otlpAddr
+		}
+		args = append(args, paths.Replace(a))
+	}
+	environ = []string{"HOME=" + tmp, "TMPDIR=" + tmp, "PATH=" + os.Getenv("PATH")}
+	for k, v := range env {
+		environ = append(environ, k+"="+v)
+	}
+	return bin, args, environ
+}
+
+// mountVolumes makes a directory under tmp per volume mount of c: Secret
+// volumes filled with the rendered Secret's data, or a fresh certificate
+// for a TLS Secret the chart references but does not create; ConfigMap
+// volumes with the rendered ConfigMap's data. It returns the replacer of
+// mount paths by those directories.
+func mountVolumes(t *testing.T, m manifests, key string, ps podSpec, c container, tmp string) *strings.Replacer {
+	t.Helper()
+	var mounts []string
+	for _, vm := range c.VolumeMounts {
+		mounts = append(mounts, vm.MountPath, filepath.Join(tmp, "volume-"+vm.Name))
+	}
+	paths := strings.NewReplacer(mounts...)
+	for _, vm := range c.VolumeMounts {
+		dir := filepath.Join(tmp, "volume-"+vm.Name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range ps.Volumes {
+			if v.Name != vm.Name || v.Secret == nil && v.ConfigMap == nil {
+				continue
+			}
+			var files map[string]string
+			if v.ConfigMap != nil {
+				if files = configMapFiles(t, m, v.ConfigMap.Name); files == nil {
+					t.Fatalf("%s: volume %s names ConfigMap %s, which the chart does not render", key, v.Name, v.ConfigMap.Name)
+				}
+			} else if files = secretFiles(t, m, v.Secret.SecretName); files == nil {
+				files = selfSignedTLS(t)
+			}
+			for name, content := range files {
+				// Files name mount paths (a web config naming the
+				// certificate): map them like the arguments.
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(paths.Replace(content)), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return paths
+}
+
+// environment returns c's variables as the kubelet sets them, with the
+// test's ClickHouse (a new database) and Kafka, and stand-in credentials.
+func (s services) environment(t *testing.T, key string, c container) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, ev := range c.Env {
+		switch {
+		case ev.Value != nil:
+			env[ev.Name] = *ev.Value
+		case ev.ValueFrom == nil:
+			t.Fatalf("%s: env %s has neither value nor valueFrom", key, ev.Name)
+		case ev.ValueFrom.SecretKeyRef != nil:
+			switch ev.Name {
+			case "EDGEPIPE_CLICKHOUSE_DSN":
+				env[ev.Name] = s.ch.DSN(s.ch.NewDatabase(t))
+			case "EDGEPIPE_CLICKHOUSE_PASSWORD":
+				// the test server's user has none
+			default:
+				env[ev.Name] = "value-of-" + ev.ValueFrom.SecretKeyRef.Key
+			}
+		case ev.ValueFrom.FieldRef != nil && ev.ValueFrom.FieldRef.FieldPath == "metadata.labels['apps.kubernetes.io/pod-index']":
+			env[ev.Name] = "1" // the second replica
+		case ev.ValueFrom.ResourceFieldRef != nil && ev.ValueFrom.ResourceFieldRef.Resource == "limits.memory":
+			n, err := quantityBytes(c.Resources.Limits["memory"])
+			if err != nil {
+				t.Fatalf("%s: %s: %v", key, ev.Name, err)
+			}
+			env[ev.Name] = strconv.FormatInt(n, 10) // what the kubelet passes
+		default:
+			t.Fatalf("%s: env %s: unsupported valueFrom %+v", key, ev.Name, *ev.ValueFrom)
+		}
+	}
+	if _, ok := env["EDGEPIPE_KAFKA_BROKERS"]; ok {
+		env["EDGEPIPE_KAFKA_BROKERS"] = s.kafka.Addr()
+	}
+	return env
 }
 
 // secretFiles returns the files a Secret volume of the rendered Secret name

@@ -10,10 +10,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"unicode"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/edgepipe/edgepipe/internal/doclinks"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
@@ -448,14 +448,13 @@ extraManifests:
 }
 
 // TestChartAlertRunbooks checks every alert the chart renders has a
-// runbook_url <runbookBaseURL>#<alert in lower case> whose anchor is a
-// heading of the chart README, every runbook heading names an alert, and
-// the base URL can be changed or turned off. When this fails for a new
-// alert, add a "### <AlertName>" section under "## Runbooks" in
-// deploy/helm/edgepipe/README.md.
+// runbook_url <runbookBaseURL>#<alert in lower case> that resolves (with
+// internal/doclinks, GitHub's anchors) to a heading of the document the
+// default base URL names in this repository, every runbook heading of that
+// document's "## Runbooks" section names an alert, and the base URL can be
+// changed or turned off. When this fails for a new alert, add a
+// "### <AlertName>" section under "## Runbooks" in that document.
 func TestChartAlertRunbooks(t *testing.T) {
-	readme := readFile(t, chartDir+"/README.md")
-	anchors := markdownAnchors(readme)
 	var defaults struct {
 		Metrics struct {
 			PrometheusRule struct {
@@ -467,12 +466,12 @@ func TestChartAlertRunbooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := defaults.Metrics.PrometheusRule.RunbookBaseURL
-	if !regexp.MustCompile(`^https://github\.com/edgepipe/edgepipe/blob/main/deploy/helm/edgepipe/README\.md$`).MatchString(base) {
-		t.Errorf("default runbookBaseURL %q is not the chart README in the repository of Chart.yaml's home", base)
+	home := firstMatch(t, readFile(t, chartDir+"/Chart.yaml"), `(?m)^home:\s*(\S+)`, "home in Chart.yaml")
+	runbooks, ok := strings.CutPrefix(base, home+"/blob/main/")
+	if !ok || !strings.HasSuffix(runbooks, ".md") {
+		t.Fatalf("default runbookBaseURL %q is not a Markdown document of the repository of Chart.yaml's home (%s/blob/main/….md)", base, home)
 	}
-	if home := firstMatch(t, readFile(t, chartDir+"/Chart.yaml"), `(?m)^home:\s*(\S+)`, "home in Chart.yaml"); !strings.HasPrefix(base, home+"/") {
-		t.Errorf("runbookBaseURL %q is not under the chart's home %s", base, home)
-	}
+	links := &doclinks.Checker{Root: "../..", RepoURL: home}
 
 	_, rules := alertRules(t)
 	if len(rules) == 0 {
@@ -486,24 +485,20 @@ func TestChartAlertRunbooks(t *testing.T) {
 		if url != want {
 			t.Errorf("%s: runbook_url %q, want %q", name, url, want)
 		}
-		if !anchors[strings.ToLower(name)] {
-			missing = append(missing, name)
+		if err := links.Resolve("", want); err != nil {
+			missing = append(missing, fmt.Sprintf("%s (%v)", name, err))
 		}
 	}
 	slices.Sort(missing)
 	if len(missing) > 0 {
-		t.Errorf("alerts without a runbook section (### <AlertName> under ## Runbooks in %s/README.md): %v", chartDir, missing)
+		t.Errorf("alerts without a runbook section (### <AlertName> under ## Runbooks in %s):\n%s", runbooks, strings.Join(missing, "\n"))
 	}
-	for _, l := range regexp.MustCompile(`\]\(#([^)]+)\)`).FindAllStringSubmatch(readme, -1) {
-		if !anchors[l[1]] {
-			t.Errorf("README link to #%s: no such heading", l[1])
-		}
-	}
-	start := strings.Index(readme, "\n## Runbooks\n")
+	doc := readFile(t, "../../"+runbooks)
+	start := strings.Index(doc, "\n## Runbooks\n")
 	if start < 0 {
-		t.Fatal("the chart README has no Runbooks section")
+		t.Fatalf("%s has no Runbooks section", runbooks)
 	}
-	section := readme[start:]
+	section := doc[start:]
 	if i := strings.Index(section[1:], "\n## "); i >= 0 {
 		section = section[:i+1]
 	}
@@ -551,44 +546,4 @@ func TestChartAlertRunbooks(t *testing.T) {
 			}
 		})
 	}
-}
-
-// markdownAnchors returns the anchors GitHub gives the headings of a
-// Markdown document: the heading text in lower case, without punctuation
-// other than hyphens and underscores, spaces turned into hyphens, and
-// "-1", "-2", … appended to repeats.
-func markdownAnchors(md string) map[string]bool {
-	anchors := map[string]bool{}
-	seen := map[string]int{}
-	link := regexp.MustCompile(`\[([^\]]*)\]\([^)]*\)`)
-	inFence := false
-	for _, line := range strings.Split(md, "\n") {
-		if strings.HasPrefix(line, "```") {
-			inFence = !inFence
-			continue
-		}
-		h := regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`).FindStringSubmatch(line)
-		if inFence || h == nil {
-			continue
-		}
-		text := strings.ToLower(link.ReplaceAllString(h[1], "$1"))
-		var b strings.Builder
-		for _, r := range text {
-			switch {
-			case r == ' ':
-				b.WriteRune('-')
-			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r):
-				b.WriteRune(r)
-			}
-		}
-		a := b.String()
-		if n := seen[a]; n > 0 {
-			seen[a] = n + 1
-			a = fmt.Sprintf("%s-%d", a, n)
-		} else {
-			seen[a] = 1
-		}
-		anchors[a] = true
-	}
-	return anchors
 }

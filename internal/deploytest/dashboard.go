@@ -19,6 +19,11 @@ const (
 	TypeClickHouse = "grafana-clickhouse-datasource"
 )
 
+// LogDeliveryDashboard is the dashboard of the receiver's reconciliation,
+// whose panels need settled buckets (TestDashboardsEndToEnd leaves it to
+// the reconciliation's own end-to-end test).
+const LogDeliveryDashboard = "log-delivery.json"
+
 // Language is what a query is written in.
 type Language string
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepipe/edgepipe/internal/rtld/reconcile"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
@@ -35,8 +36,8 @@ func loadDashboards(t *testing.T) []Dashboard {
 // at a datasource, unique panel ids, panels not overlapping.
 func TestDashboardsWellFormed(t *testing.T) {
 	ds := loadDashboards(t)
-	if len(ds) != 4 {
-		t.Errorf("%d dashboards, want 4 (CDN overview, Origins, Access logs, Pipeline health)", len(ds))
+	if len(ds) != 5 {
+		t.Errorf("%d dashboards, want 5 (CDN overview, Origins, Access logs, Pipeline health, Log delivery)", len(ds))
 	}
 	uids := map[string]string{}
 	for _, d := range ds {
@@ -144,6 +145,13 @@ func TestDashboardContract(t *testing.T) {
 			switch q.Language {
 			case PromQL:
 				for _, m := range metric.FindAllString(q.Text, -1) {
+					if strings.HasPrefix(m, "cdn_logs_") {
+						// The receiver's live metrics from the records (DESIGN).
+						if !slices.Contains(logMetrics, m) {
+							t.Errorf("%s %s: %s is not one of the receiver's log metrics %v", q.Dashboard, q.Where, m, logMetrics)
+						}
+						continue
+					}
 					if strings.HasPrefix(m, "cdn_") && !slices.Contains(inventoryMetrics, m) {
 						ds := ""
 						for _, name := range datasets {
@@ -164,8 +172,8 @@ func TestDashboardContract(t *testing.T) {
 					t.Errorf("%s %s: the percentile label is \"percentile\", not \"quantile\"", q.Dashboard, q.Where)
 				}
 			case ClickHouseSQL:
-				if !strings.Contains(q.Text, "access_logs") {
-					t.Errorf("%s %s: does not read access_logs", q.Dashboard, q.Where)
+				if !strings.Contains(q.Text, "access_logs") && !strings.Contains(q.Text, reconcile.CompletenessTable) {
+					t.Errorf("%s %s: reads neither access_logs nor %s", q.Dashboard, q.Where, reconcile.CompletenessTable)
 				}
 				if !q.Variable && !strings.Contains(q.Text, "$__timeFilter(") {
 					t.Errorf("%s %s: no $__timeFilter: the query would scan the whole table", q.Dashboard, q.Where)
@@ -179,6 +187,11 @@ func TestDashboardContract(t *testing.T) {
 		}
 	}
 }
+
+// logMetrics are the receiver's live metrics from the records (DESIGN,
+// "Names added for logs meeting metrics"), as PromQL reads them.
+var logMetrics = []string{"cdn_logs_requests_total", "cdn_logs_response_bytes_total",
+	"cdn_logs_total_time_seconds", "cdn_logs_total_time_seconds_bucket", "cdn_logs_total_time_seconds_sum", "cdn_logs_total_time_seconds_count"}
 
 // testValues are the substitutions of the offline tests.
 func testValues() Values {
@@ -346,9 +359,11 @@ func TestDashboardSQLRuns(t *testing.T) {
 	}
 	defer db.Close()
 	createAccessLogs(ctx, t, db)
-	if err := db.Exec(ctx, accessLogRows(db, 400, time.Now().Truncate(time.Second))); err != nil {
+	end := time.Now().Truncate(time.Second)
+	if err := db.Exec(ctx, accessLogRows(db, 400, end)); err != nil {
 		t.Fatal(err)
 	}
+	createLogCompleteness(ctx, t, db, end)
 	n := runSQLQueries(t, db.Conn(), loadDashboards(t), []Values{testValues(), allSelected(testValues())})
 	if n == 0 {
 		t.Fatal("no ClickHouse queries found")
@@ -418,6 +433,33 @@ func receiverOnly(ctx context.Context, t *testing.T, dsn string) {
 	t.Logf("receiver only: %d SQL queries run on ClickHouse %s", n, db.Version())
 }
 
+// createLogCompleteness creates log_completeness as the receiver's
+// reconciliation does and fills it with the hour before end: two
+// environments, every bucket written twice (a late record rewrote it), one
+// bucket incomplete.
+func createLogCompleteness(ctx context.Context, t *testing.T, db *clickhouse.DB, end time.Time) {
+	t.Helper()
+	for _, stmt := range clickhouse.CreateStatements(db.Database(), "", db.Version(), reconcile.Completeness()) {
+		if err := db.Exec(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rows [][]any
+	for b := end.Add(-time.Hour).Truncate(5 * time.Minute); b.Before(end); b = b.Add(5 * time.Minute) {
+		for i, env := range []string{"env-a", "env-b"} {
+			recs := uint64(1000 + i)
+			if i == 1 && b.Minute() == 30 {
+				recs = 900
+			}
+			at := b.Add(35 * time.Minute)
+			rows = append(rows, []any{env, b.UTC(), uint64(1000 + i), recs - 1, 1.0, at.UTC()}, []any{env, b.UTC(), uint64(1000 + i), recs, 1.0, at.Add(time.Second).UTC()})
+		}
+	}
+	if err := db.Insert(ctx, reconcile.CompletenessTable, []string{"environment_id", "time", "api_requests", "log_records", "sampling", "reconciled_at"}, rows); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestDashboardSQLRuns26 is TestDashboardSQLRuns on ClickHouse 26.x (chDB
 // behind testenv's HTTP server), with access_logs in the layout the sink
 // gives it there (DateTime64, LowCardinality, codecs).
@@ -434,9 +476,11 @@ func TestDashboardSQLRuns26(t *testing.T) {
 		t.Fatalf("chDB is ClickHouse %s, want 26.x", db.Version())
 	}
 	createAccessLogs(ctx, t, db)
-	if err := db.Exec(ctx, accessLogRows(db, 400, time.Now().Truncate(time.Second))); err != nil {
+	end := time.Now().Truncate(time.Second)
+	if err := db.Exec(ctx, accessLogRows(db, 400, end)); err != nil {
 		t.Fatal(err)
 	}
+	createLogCompleteness(ctx, t, db, end)
 	n := runSQLQueries(t, db.Conn(), loadDashboards(t), []Values{testValues(), allSelected(testValues())})
 	if n == 0 {
 		t.Fatal("no ClickHouse queries found")

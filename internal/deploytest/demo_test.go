@@ -2,6 +2,7 @@ package deploytest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +30,7 @@ import (
 type demoRun struct {
 	cmd    *exec.Cmd
 	out    string // the file holding its stdout and stderr
+	dir    string // DEMO_DIR
 	exited chan struct{}
 	err    error // Wait's result, valid once exited is closed
 	addrs  map[string]string
@@ -43,8 +45,8 @@ func startDemo(t *testing.T, env ...string) *demoRun {
 	t.Helper()
 	mk := testenv.Binary(t, "make")
 	dir := t.TempDir()
-	d := &demoRun{out: filepath.Join(dir, "demo.out"), exited: make(chan struct{}), addrs: map[string]string{}}
-	for _, name := range []string{"SIM_ADDR", "EXPORTER_ADDR", "RECEIVER_ADDR", "PROMETHEUS_ADDR"} {
+	d := &demoRun{out: filepath.Join(dir, "demo.out"), dir: filepath.Join(dir, "demo"), exited: make(chan struct{}), addrs: map[string]string{}}
+	for _, name := range []string{"SIM_ADDR", "EXPORTER_ADDR", "RECEIVER_ADDR", "PROMETHEUS_ADDR", "CLICKHOUSE_ADDR", "CLICKHOUSE_HTTP_ADDR", "KAFKA_ADDR"} {
 		d.addrs[name] = testenv.FreeAddr(t)
 		env = append(env, name+"="+d.addrs[name])
 	}
@@ -54,7 +56,7 @@ func startDemo(t *testing.T, env ...string) *demoRun {
 	}
 	t.Cleanup(func() { out.Close() })
 	d.cmd = exec.Command(mk, "--no-print-directory", "-C", "../..", "demo", "BIN="+filepath.Join(dir, "bin"))
-	d.cmd.Env = append(os.Environ(), append(env, "DEMO_DIR="+filepath.Join(dir, "demo"))...)
+	d.cmd.Env = append(os.Environ(), append(env, "DEMO_DIR="+d.dir)...)
 	d.cmd.Stdout, d.cmd.Stderr = out, out
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := d.cmd.Start(); err != nil {
@@ -71,8 +73,8 @@ func startDemo(t *testing.T, env ...string) *demoRun {
 		<-d.exited
 		if t.Failed() {
 			t.Logf("--- make demo output ---\n%s", d.output(t))
-			for _, log := range []string{"platform-sim", "exporter", "rtld-receiver", "prometheus"} {
-				if b, err := os.ReadFile(filepath.Join(dir, "demo", log+".log")); err == nil {
+			for _, log := range []string{"sinks", "platform-sim", "exporter", "rtld-receiver", "prometheus"} {
+				if b, err := os.ReadFile(filepath.Join(d.dir, log+".log")); err == nil {
 					if len(b) > 3000 {
 						b = b[len(b)-3000:]
 					}
@@ -104,13 +106,19 @@ func (d *demoRun) output(t *testing.T) string {
 	return string(b)
 }
 
-// pids returns the programs the demo says it started, by name.
+// pids returns the programs the demo says it started, by name, and the
+// clickhouse-server its sinks started (as "clickhouse-server").
 func (d *demoRun) pids(t *testing.T) map[string]int {
 	t.Helper()
 	pids := map[string]int{}
 	for _, m := range regexp.MustCompile(`(?m)^demo: started (\S+) \(pid (\d+),`).FindAllStringSubmatch(d.output(t), -1) {
 		pid, _ := strconv.Atoi(m[2])
 		pids[m[1]] = pid
+	}
+	if b, err := os.ReadFile(filepath.Join(d.dir, "sinks.log")); err == nil {
+		if m := regexp.MustCompile(`clickhouse-server \(pid (\d+)\)`).FindSubmatch(b); m != nil {
+			pids["clickhouse-server"], _ = strconv.Atoi(string(m[1]))
+		}
 	}
 	return pids
 }
@@ -152,26 +160,31 @@ func (d *demoRun) stop(t *testing.T, ctrlC bool) {
 	}
 }
 
-// TestMakeDemo runs `make demo` with Prometheus and helm installed, checks
-// the Prometheus it prints has both programs' targets up (the receiver's
-// over TLS, verified against the demo's certificate) and exactly the
-// chart's alerts loaded and evaluating, that the chart's alert selectors
-// match the demo's targets, that the four queries it prints return data
-// and that the binaries carry `make version`'s stamp; then stops it and
-// checks nothing it started is left. A second run without Prometheus shows
-// the demo still needs nothing but Go.
+// TestMakeDemo runs `make demo` with Prometheus, helm and ClickHouse
+// installed, checks the Prometheus it prints has both programs' targets up
+// (the receiver's over TLS, verified against the demo's certificate) and
+// exactly the chart's alerts loaded and evaluating, that the chart's alert
+// selectors match the demo's targets, that the four queries it prints
+// return data and that the binaries carry `make version`'s stamp; runs the
+// three ClickHouse queries and the kcat command it prints, which must show
+// access-log records in access_logs, rows in a metrics table and records on
+// the topic; then stops it and checks nothing it started is left (ClickHouse
+// included). A second run without Prometheus and ClickHouse shows the demo
+// still needs nothing but Go.
 func TestMakeDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the demo")
 	}
 	prometheus := testenv.Binary(t, "prometheus")
 	helmBin := helmBinary(t)
+	clickhouse := testenv.Binary(t, "clickhouse-server")
+	clients := []string{testenv.Binary(t, "clickhouse-client"), testenv.Kcat(t)}
 
-	t.Run("with prometheus", func(t *testing.T) {
-		d := startDemo(t, "PROMETHEUS_BIN="+prometheus, "HELM_BIN="+helmBin)
+	t.Run("with prometheus, clickhouse and kafka", func(t *testing.T) {
+		d := startDemo(t, "PROMETHEUS_BIN="+prometheus, "HELM_BIN="+helmBin, "CLICKHOUSE_BIN="+clickhouse)
 		out := d.output(t)
-		if got := d.pids(t); len(got) != 4 {
-			t.Errorf("started %v, want platform-sim, exporter, rtld-receiver and prometheus", got)
+		if got := d.pids(t); len(got) != 6 {
+			t.Errorf("started %v, want sinks (and its clickhouse-server), platform-sim, exporter, rtld-receiver and prometheus", got)
 		}
 		promURL := "http://" + d.addrs["PROMETHEUS_ADDR"]
 		if !regexp.MustCompile(`(?m)^  prometheus +` + regexp.QuoteMeta(promURL) + ` `).MatchString(out) {
@@ -264,7 +277,8 @@ func TestMakeDemo(t *testing.T) {
 		if at < 0 {
 			t.Fatalf("the demo prints no queries:\n%s", out)
 		}
-		queries := regexp.MustCompile(`(?m)^    (\S.*)$`).FindAllStringSubmatch(out[at:], -1)
+		promSection, _, _ := strings.Cut(out[at:], "\n\n") // the ClickHouse queries follow
+		queries := regexp.MustCompile(`(?m)^    (\S.*)$`).FindAllStringSubmatch(promSection, -1)
 		if len(queries) != 4 {
 			t.Fatalf("the demo prints %d queries, want 4:\n%s", len(queries), out)
 		}
@@ -299,16 +313,21 @@ func TestMakeDemo(t *testing.T) {
 				t.Errorf("%s: %v, want version %s", q, vec, version)
 			}
 		}
+		checkDemoSinks(t, out, clients)
 		d.stop(t, false)
 	})
 
-	t.Run("without prometheus", func(t *testing.T) {
-		d := startDemo(t, "PROMETHEUS_BIN="+filepath.Join(t.TempDir(), "prometheus"))
-		if !strings.Contains(d.output(t), "demo: prometheus not found") {
-			t.Errorf("the demo does not say Prometheus was left out:\n%s", d.output(t))
+	t.Run("without prometheus and clickhouse", func(t *testing.T) {
+		d := startDemo(t, "PROMETHEUS_BIN="+filepath.Join(t.TempDir(), "prometheus"), "CLICKHOUSE_BIN="+filepath.Join(t.TempDir(), "clickhouse-server"))
+		for _, said := range []string{"demo: prometheus not found", "demo: clickhouse-server not found"} {
+			if !strings.Contains(d.output(t), said) {
+				t.Errorf("the demo does not say %q:\n%s", said, d.output(t))
+			}
 		}
-		if _, ok := d.pids(t)["prometheus"]; ok {
-			t.Error("the demo started a prometheus it was told does not exist")
+		for _, name := range []string{"prometheus", "sinks", "clickhouse-server"} {
+			if _, ok := d.pids(t)[name]; ok {
+				t.Errorf("the demo started %s without the programs it needs", name)
+			}
 		}
 		resp, err := http.Get("http://" + d.addrs["EXPORTER_ADDR"] + "/metrics")
 		if err != nil {
@@ -426,4 +445,101 @@ func demoChartAlerts(t *testing.T) map[string]chartAlert {
 		t.Fatal("the chart renders no alerts")
 	}
 	return alerts
+}
+
+// checkDemoSinks runs the ClickHouse queries and the kcat command the demo
+// printed (out), as a user would paste them into a shell with the clients
+// (their paths) installed, until they show data: access-log records per
+// environment in access_logs, edge requests per country from the
+// exporter's edge_usage_by_country, both tables among those with rows, and
+// records on the topic.
+func checkDemoSinks(t *testing.T, out string, clients []string) {
+	t.Helper()
+	at := strings.Index(out, "\nClickHouse (database ")
+	if at < 0 {
+		t.Fatalf("the demo prints no ClickHouse queries:\n%s", out)
+	}
+	section := out[at:]
+	if end := strings.Index(section, "Press Ctrl-C"); end >= 0 {
+		section = section[:end]
+	}
+	cmds := regexp.MustCompile(`(?m)^    (\S.*)$`).FindAllStringSubmatch(section, -1)
+	if len(cmds) != 4 || !strings.HasPrefix(cmds[3][1], "kcat ") {
+		t.Fatalf("the demo prints %d commands, want three clickhouse-client queries and a kcat command:\n%s", len(cmds), section)
+	}
+	path := os.Getenv("PATH")
+	for _, c := range clients {
+		path = filepath.Dir(c) + string(os.PathListSeparator) + path
+	}
+	// run runs one printed command line in a shell and returns its output
+	// as rows of tab-separated fields.
+	run := func(ctx context.Context, line string) ([][]string, error) {
+		cmd := exec.CommandContext(ctx, "bash", "-c", line)
+		cmd.Env = append(os.Environ(), "PATH="+path)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %s", line, err, b)
+		}
+		var rows [][]string
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if l != "" {
+				rows = append(rows, strings.Split(l, "\t"))
+			}
+		}
+		return rows, nil
+	}
+	positive := func(s string) bool { n, err := strconv.ParseFloat(s, 64); return err == nil && n > 0 }
+	checks := []func(rows [][]string) error{
+		func(rows [][]string) error { // records per environment
+			for _, r := range rows {
+				if len(r) != 2 || !positive(r[1]) {
+					return fmt.Errorf("row %q, want an environment and its records", r)
+				}
+			}
+			if len(rows) == 0 {
+				return errors.New("no access-log records in access_logs yet")
+			}
+			return nil
+		},
+		func(rows [][]string) error { // requests per country
+			if len(rows) == 0 || len(rows[0]) != 2 || !positive(rows[0][1]) {
+				return fmt.Errorf("rows %q, want countries and their requests", rows)
+			}
+			return nil
+		},
+		func(rows [][]string) error { // rows per table
+			tables := map[string]bool{}
+			for _, r := range rows {
+				tables[r[0]] = len(r) == 2 && positive(r[1])
+			}
+			if !tables["access_logs"] || !tables["edge_usage_by_country"] {
+				return fmt.Errorf("rows per table %q, want access_logs and edge_usage_by_country with rows", rows)
+			}
+			return nil
+		},
+		func(rows [][]string) error { // records on the topic
+			if len(rows) == 0 {
+				return errors.New("no records on the topic yet")
+			}
+			for _, r := range rows {
+				var rec map[string]any
+				if err := json.Unmarshal([]byte(strings.Join(r, "\t")), &rec); err != nil {
+					return fmt.Errorf("message %q is not JSON: %w", r, err)
+				}
+				if rec["environment_id"] == nil {
+					return fmt.Errorf("message %q is not an access-log record", r)
+				}
+			}
+			return nil
+		},
+	}
+	for i, c := range cmds {
+		waitFor(t, 90*time.Second, func(ctx context.Context) error {
+			rows, err := run(ctx, c[1])
+			if err != nil {
+				return err
+			}
+			return checks[i](rows)
+		})
+	}
 }

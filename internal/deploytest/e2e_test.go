@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,6 +170,12 @@ func TestDashboardsEndToEnd(t *testing.T) {
 	}
 	for _, p := range pipelines {
 		for _, d := range ds {
+			if d.File == LogDeliveryDashboard {
+				// Its reconciliation panels need FIVE_MINUTES buckets that
+				// settled: it runs against a simulated hour in
+				// internal/rtld/receiver (TestReconcileTenEnvironments).
+				continue
+			}
 			t.Run(p.name+"/"+d.File, func(t *testing.T) {
 				all, one := resolveVariables(t, d, base, p.prom, conn)
 				qs, err := d.Queries()
@@ -388,50 +393,14 @@ func sqlFirstColumn(conn driver.Conn, sql string) ([]string, error) {
 	return out, rows.Err()
 }
 
-// runPromQL runs expr as Grafana would (a range query over the dashboard's
-// range for time series, an instant query at its end for instant targets)
-// and returns the number of finite samples, and a series that carries an
-// environment_id without showing its name ("": none): a table without an
-// environment column, or a legend without {{environment}}.
+// runPromQL runs expr as Grafana would (see RunPromQL) and returns the
+// number of finite samples, and a series that carries an environment_id
+// without showing its name ("": none): a table without an environment
+// column, or a legend without {{environment}}.
 func runPromQL(api promv1.API, expr string, q Query, v Values) (int, string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var (
-		val model.Value
-		err error
-	)
-	if q.Instant {
-		val, _, _, err = api.Query(ctx, expr, v.To)
-	} else {
-		val, _, _, err = api.QueryRange(ctx, expr, promv1.Range{Start: v.From, End: v.To, Step: 5 * time.Second})
-	}
+	n, series, err := RunPromQL(api, expr, q.Instant, v)
 	if err != nil {
 		return 0, "", err
-	}
-	n := 0
-	finite := func(f model.SampleValue) {
-		if !math.IsNaN(float64(f)) && !math.IsInf(float64(f), 0) {
-			n++
-		}
-	}
-	var series []model.Metric
-	switch r := val.(type) {
-	case model.Vector:
-		for _, s := range r {
-			finite(s.Value)
-			series = append(series, s.Metric)
-		}
-	case model.Matrix:
-		for _, s := range r {
-			for _, p := range s.Values {
-				finite(p.Value)
-			}
-			series = append(series, s.Metric)
-		}
-	case *model.Scalar:
-		finite(r.Value)
-	default:
-		return 0, "", fmt.Errorf("unexpected result type %s", val.Type())
 	}
 	return n, unnamedSeries(series, q), nil
 }

@@ -2,7 +2,6 @@ package inventory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -175,7 +174,7 @@ func (inv *Inventory) certificatesRefused(err error) {
 	inv.mu.Unlock()
 	switch {
 	case wasRefused:
-	case credentialsRefused(err):
+	case platform.IsClientRefused(err):
 		// The whole exporter fails then, and says so elsewhere.
 		inv.log.Warn("TLS certificates are not exported: the platform refuses this API client's credentials", "err", err)
 	default:
@@ -184,13 +183,6 @@ func (inv *Inventory) certificatesRefused(err error) {
 			"edgepipe_inventory_up{kind=\"tls_certificates\"} is 0 meanwhile; the exporter asks again every --inventory.interval",
 			"err", err)
 	}
-}
-
-// credentialsRefused reports whether the token endpoint refused the client
-// itself (a wrong or deleted secret), not a scope.
-func credentialsRefused(err error) bool {
-	var e *platform.Error
-	return errors.As(err, &e) && (e.Code == "invalid_client" || e.Code == "unauthorized_client")
 }
 
 // certificatePassDone records the end of a pass that began at start.

@@ -50,7 +50,7 @@ func newTokenSource(cfg *Config, hc *http.Client, scope string, observe func(int
 		cc: &clientcredentials.Config{
 			ClientID:     cfg.ClientID,
 			ClientSecret: cfg.ClientSecret,
-			TokenURL:     tokenURL(cfg.AuthURL),
+			TokenURL:     TokenURL(cfg.AuthURL),
 			Scopes:       scopes,
 			AuthStyle:    oauth2.AuthStyleInParams,
 		},

@@ -285,7 +285,10 @@ func checkURL(what, raw string) error {
 	return nil
 }
 
-func tokenURL(authURL string) string {
+// TokenURL is where a client of the auth_url authURL gets its tokens:
+// <authURL>/connect/token (an authURL that already ends so is used as is).
+func TokenURL(authURL string) string {
+	authURL = trimURL(authURL)
 	if strings.HasSuffix(authURL, "/connect/token") {
 		return authURL
 	}
@@ -335,14 +338,7 @@ func (c *Client) Service(name, version, scope string) *Service {
 	if s, ok := c.services[key]; ok {
 		return s
 	}
-	ts, ok := c.tokens[scope]
-	if !ok {
-		ts = newTokenSource(&c.cfg, c.tokenHC, scope, func(status int, took time.Duration) {
-			c.observe(serviceAuth, http.MethodPost, status, took)
-			c.log.Debug("platform token request", "scope", scope, "status", status, "took", took)
-		})
-		c.tokens[scope] = ts
-	}
+	ts := c.tokenSourceLocked(scope)
 	lp, ok := c.limiters[name]
 	if !ok {
 		l := limitsFor(name, c.cfg.RateLimits)
@@ -358,6 +354,40 @@ func (c *Client) Service(name, version, scope string) *Service {
 	}
 	c.services[key] = s
 	return s
+}
+
+// tokenSourceLocked returns the token source of scope, making it on first
+// use; c.mu is held.
+func (c *Client) tokenSourceLocked(scope string) *tokenSource {
+	ts, ok := c.tokens[scope]
+	if !ok {
+		ts = newTokenSource(&c.cfg, c.tokenHC, scope, func(status int, took time.Duration) {
+			c.observe(serviceAuth, http.MethodPost, status, took)
+			c.log.Debug("platform token request", "scope", scope, "status", status, "took", took)
+		})
+		c.tokens[scope] = ts
+	}
+	return ts
+}
+
+// Token fetches an access token for scope, or reuses the one the client
+// holds, and returns the scope the token endpoint says it granted (its
+// "scope" field; "" when it sent none). An error wraps the token
+// endpoint's *Error when it answered: IsRefused tells a refusal, and its
+// Code whether the client ("invalid_client") or the scope
+// ("invalid_scope") was refused.
+func (c *Client) Token(ctx context.Context, scope string) (granted string, err error) {
+	c.mu.Lock()
+	ts := c.tokenSourceLocked(scope)
+	c.mu.Unlock()
+	tok, err := ts.Token(ctx)
+	if err != nil {
+		return "", err
+	}
+	if s, ok := tok.Extra("scope").(string); ok {
+		granted = s
+	}
+	return granted, nil
 }
 
 func (c *Client) observe(service, method string, status int, took time.Duration) {

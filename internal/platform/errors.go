@@ -131,6 +131,21 @@ func IsRefused(err error) bool {
 	return false
 }
 
+// IsClientRefused reports whether err is the token endpoint refusing the
+// API client itself (OAuth2 invalid_client or unauthorized_client: an
+// unknown client ID, a wrong or deleted secret), not a scope.
+func IsClientRefused(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && (e.Code == "invalid_client" || e.Code == "unauthorized_client")
+}
+
+// IsScopeRefused reports whether err is the token endpoint refusing a
+// scope the API client was not granted (OAuth2 invalid_scope).
+func IsScopeRefused(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == "invalid_scope"
+}
+
 func retryableStatus(status int) bool {
 	switch {
 	case status == http.StatusTooManyRequests:

@@ -95,6 +95,8 @@ func TestRegistrarConfigValidate(t *testing.T) {
 		{"valid", func(*RegistrarConfig) {}, nil},
 		{"blank environment IDs only", func(c *RegistrarConfig) { c.EnvironmentIDs = []string{" ", ""} }, []string{"no environment IDs"}},
 		{"negative interval", func(c *RegistrarConfig) { c.Interval = -time.Minute }, []string{"Interval -1m0s"}},
+		{"a downsampling percent the platform refuses", func(c *RegistrarConfig) { p := 10.0; c.DownsamplingPercent = &p }, []string{"downsampling percent 10"}},
+		{"a downsampling percent it takes", func(c *RegistrarConfig) { p := 0.1; c.DownsamplingPercent = &p }, nil},
 		{"every problem at once", func(c *RegistrarConfig) {
 			c.PublicURL, c.Username, c.ProfileName = "http://x", "a:b", strings.Repeat("n", 37)
 		}, []string{"https", "colon", "36"}},

@@ -96,6 +96,10 @@ type RegistrarConfig struct {
 	// Description is written on create (default
 	// DefaultProfileDescription); a description edited later is kept.
 	Description string
+	// DownsamplingPercent, when set, is the profile's downsampling_percent
+	// (one of DownsamplingPercents). Unset keeps the one the profile has:
+	// sampling is the operator's cost decision, never reverted as drift.
+	DownsamplingPercent *float64
 	// Interval between checks of Run (default DefaultRegisterInterval).
 	Interval time.Duration
 	// Logger receives creates, repairs and failures (default: discard).
@@ -103,6 +107,10 @@ type RegistrarConfig struct {
 	// Observer, when set, is told the result of every check.
 	Observer RegistrationObserver
 }
+
+// DownsamplingPercents are the values the platform accepts for a profile's
+// downsampling_percent (spec 2.9).
+var DownsamplingPercents = []float64{0.1, 1, 25, 50, 75}
 
 // String renders the configuration without the password.
 func (c RegistrarConfig) String() string {
@@ -168,6 +176,9 @@ func (c RegistrarConfig) validate() error {
 	if strings.Contains(c.Username, ":") {
 		errs = append(errs, errors.New("the RTLD username must not contain a colon (HTTP basic auth)"))
 	}
+	if p := c.DownsamplingPercent; p != nil && !slices.Contains(DownsamplingPercents, *p) {
+		errs = append(errs, fmt.Errorf("downsampling percent %v: the platform accepts %v", *p, DownsamplingPercents))
+	}
 	errs = append(errs, positive("Interval", c.Interval))
 	return errors.Join(errs...)
 }
@@ -194,6 +205,10 @@ func NewRegistrar(api ProfileAPI, cfg RegistrarConfig) (*Registrar, error) {
 	}
 	cfg.PublicURL = strings.TrimRight(u.String(), "/")
 	cfg.Fields = slices.Clone(cfg.Fields)
+	if p := cfg.DownsamplingPercent; p != nil {
+		v := *p
+		cfg.DownsamplingPercent = &v
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -350,6 +365,7 @@ type profileWrite struct {
 	ProfileName           string        `json:"profile_name"`
 	Description           string        `json:"description,omitempty"`
 	Enabled               bool          `json:"enabled"`
+	DownsamplingPercent   *float64      `json:"downsampling_percent,omitempty"`
 	Fields                []string      `json:"fields"`
 	CustomCookies         []string      `json:"custom_cookies,omitempty"`
 	CustomRequestHeaders  []string      `json:"custom_request_headers,omitempty"`
@@ -372,7 +388,9 @@ type authWrite struct {
 
 // desired is the profile the receiver wants in env. Custom headers and
 // cookies and an edited description of an existing profile are kept: they
-// only add data. Filters and downsampling are not: they would drop records.
+// only add data. So is its downsampling_percent, unless one is configured:
+// the operator's cost decision, which the reconciliation accounts for.
+// Filters are not: they drop records the Metrics API counts.
 func (r *Registrar) desired(env string, fields []string, have *remoteProfile) profileWrite {
 	w := profileWrite{
 		EnvironmentID: env,
@@ -387,7 +405,11 @@ func (r *Registrar) desired(env string, fields []string, have *remoteProfile) pr
 			LogFormat:           "json",
 		},
 	}
+	w.DownsamplingPercent = r.cfg.DownsamplingPercent
 	if have != nil {
+		if w.DownsamplingPercent == nil {
+			w.DownsamplingPercent = have.DownsamplingPercent
+		}
 		if have.Description != "" {
 			w.Description = have.Description
 		}
@@ -423,13 +445,21 @@ func drift(have *remoteProfile, want profileWrite) []string {
 	if !slices.Equal(a, b) {
 		d = append(d, fmt.Sprintf("fields (%d, want %d)", len(have.Fields), len(want.Fields)))
 	}
-	if have.DownsamplingPercent != nil {
-		d = append(d, fmt.Sprintf("downsampling %v%%", *have.DownsamplingPercent))
+	if want := want.DownsamplingPercent; want != nil && (have.DownsamplingPercent == nil || *have.DownsamplingPercent != *want) {
+		d = append(d, fmt.Sprintf("downsampling %s (want %v%%)", percentString(have.DownsamplingPercent), *want))
 	}
 	if f := have.Filters; f != nil && (len(f.StatusCodes) > 0 || (f.HostNames != nil && len(f.HostNames.Names) > 0)) {
 		d = append(d, "filters")
 	}
 	return d
+}
+
+// percentString renders a downsampling_percent ("none" when unset).
+func percentString(p *float64) string {
+	if p == nil {
+		return "none"
+	}
+	return strconv.FormatFloat(*p, 'g', -1, 64) + "%"
 }
 
 // find lists env's profiles and returns the one named ProfileName (the

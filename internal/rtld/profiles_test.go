@@ -265,7 +265,7 @@ func TestRegistrarRepairsDrift(t *testing.T) {
 		{"fields reordered (same set)", func(b map[string]any) {
 			b["fields"] = []string{"uuid", "timestamp", "status_code", "host", "path"}
 		}, RegistrationUnchanged},
-		{"downsampling", func(b map[string]any) { b["downsampling_percent"] = 25 }, RegistrationRepaired},
+		{"downsampling set (kept: the operator's cost decision)", func(b map[string]any) { b["downsampling_percent"] = 25 }, RegistrationUnchanged},
 		{"filters", func(b map[string]any) { b["filters"] = map[string]any{"status_codes": []string{"5xx"}} }, RegistrationRepaired},
 	}
 	for _, tt := range tests {
@@ -285,6 +285,9 @@ func TestRegistrarRepairsDrift(t *testing.T) {
 			if strings.Contains(tt.name, "custom header") && !slices.Equal(p.CustomRequestHeaders, []string{"X-Request-Id"}) {
 				t.Errorf("custom headers not kept: %+v", p)
 			}
+			if strings.Contains(tt.name, "downsampling") && (p.DownsamplingPercent == nil || *p.DownsamplingPercent != 25) {
+				t.Errorf("downsampling_percent not kept: %v", percentString(p.DownsamplingPercent))
+			}
 		})
 	}
 
@@ -297,6 +300,68 @@ func TestRegistrarRepairsDrift(t *testing.T) {
 		}
 		if p := f.only(t, env); p.ID == orig.ID {
 			t.Error("same ID after delete")
+		}
+	})
+}
+
+// TestRegistrarDownsampling: a configured downsampling_percent is set on
+// create and restored when edited; without one, the profile's own is kept
+// through the password refresh (a PUT replaces the whole profile).
+func TestRegistrarDownsampling(t *testing.T) {
+	ctx := context.Background()
+	pct := func(p *remoteProfile) string { return percentString(p.DownsamplingPercent) }
+	t.Run("configured", func(t *testing.T) {
+		f := newRegistrarFixture(t)
+		cfg := f.config("pw")
+		quarter := 25.0
+		cfg.DownsamplingPercent = &quarter
+		r := f.registrar(t, cfg)
+		env := f.envs[0]
+		if res, err := r.ReconcileEnvironment(ctx, env); err != nil || res != RegistrationCreated {
+			t.Fatalf("result %s, %v", res, err)
+		}
+		p := f.only(t, env)
+		if pct(&p) != "25%" {
+			t.Fatalf("created with downsampling %s, want 25%%", pct(&p))
+		}
+		b := map[string]any{
+			"environment_id": env, "profile_name": DefaultProfileName, "enabled": true, "fields": p.Fields, "downsampling_percent": 75,
+			"delivery_method": map[string]any{"type": "http_post", "destination_endpoint": p.DeliveryMethod.DestinationEndpoint,
+				"log_format": "json", "authentication": map[string]any{"type": "http_basic", "username": "edgepipe", "password": "pw"}},
+		}
+		if err := f.api.api.Do(ctx, http.MethodPut, profilesPath+"/"+strconv.FormatInt(p.ID, 10), nil, b, nil); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := r.ReconcileEnvironment(ctx, env); err != nil || res != RegistrationRepaired {
+			t.Fatalf("after an edit to 75%%: result %s, %v; want repaired", res, err)
+		}
+		if p := f.only(t, env); pct(&p) != "25%" {
+			t.Fatalf("downsampling %s after the repair, want 25%%", pct(&p))
+		}
+	})
+	t.Run("kept", func(t *testing.T) {
+		f := newRegistrarFixture(t)
+		env := f.envs[0]
+		if _, err := f.registrar(t, f.config("pw")).ReconcileEnvironment(ctx, env); err != nil {
+			t.Fatal(err)
+		}
+		p := f.only(t, env)
+		b := map[string]any{
+			"environment_id": env, "profile_name": DefaultProfileName, "enabled": true, "fields": p.Fields, "downsampling_percent": 0.1,
+			"delivery_method": map[string]any{"type": "http_post", "destination_endpoint": p.DeliveryMethod.DestinationEndpoint,
+				"log_format": "json", "authentication": map[string]any{"type": "http_basic", "username": "edgepipe", "password": "pw"}},
+		}
+		if err := f.api.api.Do(ctx, http.MethodPut, profilesPath+"/"+strconv.FormatInt(p.ID, 10), nil, b, nil); err != nil {
+			t.Fatal(err)
+		}
+		// A new registrar (a restart) writes the profile once to set the
+		// password: the PUT must carry the operator's 0.1%.
+		r := f.registrar(t, f.config("pw"))
+		if res, err := r.ReconcileEnvironment(ctx, env); err != nil || res != RegistrationUpdated {
+			t.Fatalf("result %s, %v; want updated", res, err)
+		}
+		if p := f.only(t, env); pct(&p) != "0.1%" {
+			t.Fatalf("downsampling %s after the restart's update, want the operator's 0.1%%", pct(&p))
 		}
 	})
 }

@@ -419,48 +419,83 @@ func (s *Scheduler) discoverOnce(ctx context.Context) ([]string, error) {
 	return polled, nil
 }
 
-// wanted picks the datasets to poll from those listed. A dataset named in
-// Config.Datasets that is not listed, or does not offer the granularity, is
-// an error wrapping ErrUnknownDataset at the first successful discovery
-// (a typo must not leave the exporter silently exporting nothing) and a
-// warning at later ones (the platform may withdraw a dataset).
+// wanted picks the datasets to poll from those listed (ChooseDatasets). A
+// dataset named in Config.Datasets that is not listed, or does not offer
+// the granularity, is an error wrapping ErrUnknownDataset at the first
+// successful discovery (a typo must not leave the exporter silently
+// exporting nothing) and a warning at later ones (the platform may withdraw
+// a dataset).
 func (s *Scheduler) wanted(datasets []metricsapi.Dataset) (map[string]*metricsapi.Dataset, error) {
-	want := make(map[string]*metricsapi.Dataset)
-	available := make([]string, 0, len(datasets))
-	for i := range datasets {
-		ds := &datasets[i]
-		if !ds.Supports(s.cfg.Granularity) {
-			if slices.Contains(s.cfg.Datasets, ds.Name) || len(s.cfg.Datasets) == 0 {
-				s.log.Warn("dataset does not offer the granularity; not polled", "dataset", ds.Name, "granularity", s.cfg.Granularity)
-			}
-			continue
-		}
-		available = append(available, ds.Name)
-		if len(s.cfg.Datasets) > 0 && !slices.Contains(s.cfg.Datasets, ds.Name) {
-			continue
-		}
-		want[ds.Name] = ds
+	c := ChooseDatasets(datasets, s.cfg.Datasets, s.cfg.Granularity)
+	for _, name := range c.Unoffered {
+		s.log.Warn("dataset does not offer the granularity; not polled", "dataset", name, "granularity", s.cfg.Granularity)
 	}
-	var missing []string
-	for _, name := range s.cfg.Datasets {
-		if want[name] == nil && !slices.Contains(missing, name) {
-			missing = append(missing, name)
-		}
+	err := c.Err()
+	if err == nil {
+		return c.Want, nil
 	}
-	if len(missing) == 0 {
-		return want, nil
-	}
-	slices.Sort(available)
 	s.mu.Lock()
 	first := !s.discovered
 	s.mu.Unlock()
 	if first {
-		return nil, fmt.Errorf("%w %s: the platform offers these datasets at %s: %s",
-			ErrUnknownDataset, strings.Join(quoteAll(missing), ", "), s.cfg.Granularity, strings.Join(available, ", "))
+		return nil, err
 	}
 	s.log.Warn("configured datasets are not offered by the platform (any more); not polled",
-		"missing", missing, "granularity", s.cfg.Granularity, "available", available)
-	return want, nil
+		"missing", c.Missing, "granularity", s.cfg.Granularity, "available", c.Available)
+	return c.Want, nil
+}
+
+// DatasetChoice is what ChooseDatasets picked.
+type DatasetChoice struct {
+	// Want are the datasets to poll, by name.
+	Want map[string]*metricsapi.Dataset
+	// Unoffered are the datasets listed that do not offer the granularity,
+	// among those named (every one when none is named).
+	Unoffered []string
+	// Missing are the names not listed, or listed without the granularity.
+	Missing []string
+	// Available are the names of the datasets offering the granularity,
+	// sorted.
+	Available []string
+
+	granularity metricsapi.Granularity
+}
+
+// ChooseDatasets picks, from the datasets listed, those polled at g: the
+// ones named (every one when names is empty) that offer g.
+func ChooseDatasets(datasets []metricsapi.Dataset, names []string, g metricsapi.Granularity) DatasetChoice {
+	c := DatasetChoice{Want: make(map[string]*metricsapi.Dataset), granularity: g}
+	for i := range datasets {
+		ds := &datasets[i]
+		if !ds.Supports(g) {
+			if slices.Contains(names, ds.Name) || len(names) == 0 {
+				c.Unoffered = append(c.Unoffered, ds.Name)
+			}
+			continue
+		}
+		c.Available = append(c.Available, ds.Name)
+		if len(names) > 0 && !slices.Contains(names, ds.Name) {
+			continue
+		}
+		c.Want[ds.Name] = ds
+	}
+	for _, name := range names {
+		if c.Want[name] == nil && !slices.Contains(c.Missing, name) {
+			c.Missing = append(c.Missing, name)
+		}
+	}
+	slices.Sort(c.Available)
+	return c
+}
+
+// Err is nil when every dataset named is polled, else an error wrapping
+// ErrUnknownDataset that names the missing ones and those available.
+func (c DatasetChoice) Err() error {
+	if len(c.Missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w %s: the platform offers these datasets at %s: %s",
+		ErrUnknownDataset, strings.Join(quoteAll(c.Missing), ", "), c.granularity, strings.Join(c.Available, ", "))
 }
 
 func quoteAll(names []string) []string {

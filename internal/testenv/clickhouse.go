@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/edgepipe/edgepipe/internal/sandbox"
 )
 
 // ClickHouseServer is a clickhouse-server process started for one test, with its own
@@ -86,21 +87,13 @@ func ClickHouse(t testing.TB) *ClickHouseServer {
 	return nil
 }
 
-// newClickHouseServer prepares a server's directory and users.xml, and
-// registers Kill as cleanup; pickPorts and writeConfig come next.
+// newClickHouseServer prepares a server's directory and registers Kill as
+// cleanup; pickPorts and writeConfig come next.
 func newClickHouseServer(t testing.TB) *ClickHouseServer {
 	t.Helper()
 	bin, args := clickHouseCommand(t)
 	dir := t.TempDir()
 	ch := &ClickHouseServer{t: t, bin: bin, dir: dir}
-	for _, sub := range []string{"data", "tmp", "user_files", "format_schemas", "log"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			t.Fatalf("testenv: clickhouse dir: %v", err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "users.xml"), []byte(clickHouseUsersXML), 0o644); err != nil {
-		t.Fatalf("testenv: write clickhouse users.xml: %v", err)
-	}
 	ch.args = append(slices.Clone(args), "--config-file="+filepath.Join(dir, "config.xml"))
 	t.Cleanup(ch.Kill)
 	return ch
@@ -110,14 +103,11 @@ func newClickHouseServer(t testing.TB) *ClickHouseServer {
 // binary of upstream packages ("clickhouse server").
 func clickHouseCommand(t testing.TB) (string, []string) {
 	t.Helper()
-	if p, err := lookBinary("clickhouse-server"); err == nil {
-		return p, nil
+	bin, args, err := sandbox.ClickHouseCommand()
+	if err != nil {
+		missing(t, "%v", err)
 	}
-	if p, err := lookBinary("clickhouse"); err == nil {
-		return p, []string{"server"}
-	}
-	missing(t, "clickhouse-server not found on PATH or in /usr/bin, /usr/sbin: run `make deps` to install it")
-	return "", nil
+	return bin, args
 }
 
 // pickPorts picks fresh native and HTTP ports.
@@ -134,15 +124,12 @@ func (ch *ClickHouseServer) pickPorts() error {
 	return nil
 }
 
-// writeConfig writes config.xml for the current ports; sections is added
-// inside <yandex> as is (a cluster node's interserver port, zookeeper,
-// remote_servers, macros and distributed_ddl).
+// writeConfig writes the server's configuration for the current ports
+// (sandbox.WriteClickHouseConfig, as the demo's server has it); sections is
+// added inside <yandex> as is (a cluster node's interserver port,
+// zookeeper, remote_servers, macros and distributed_ddl).
 func (ch *ClickHouseServer) writeConfig(sections string) error {
-	cfg := fmt.Sprintf(clickHouseConfigXML, ch.dir, ch.tcpPort, ch.httpPort, sections)
-	if err := os.WriteFile(filepath.Join(ch.dir, "config.xml"), []byte(cfg), 0o644); err != nil {
-		return fmt.Errorf("write clickhouse config.xml: %w", err)
-	}
-	return nil
+	return sandbox.WriteClickHouseConfig(ch.dir, ch.tcpPort, ch.httpPort, sections)
 }
 
 // start runs the server and waits for a ping. The caller holds no lock.
@@ -308,84 +295,3 @@ func (ch *ClickHouseServer) Running() bool {
 	defer ch.mu.Unlock()
 	return ch.proc != nil && !ch.proc.exited()
 }
-
-// clickHouseConfigXML is the server config; %[1]s is the directory, %[2]d the
-// native port, %[3]d the HTTP port, %[4]s further sections (empty for a
-// single server: no interserver port, no ZooKeeper). Small caches (tests run
-// several servers on small machines), UTC, logs in the directory.
-const clickHouseConfigXML = `<?xml version="1.0"?>
-<yandex>
-    <logger>
-        <level>information</level>
-        <log>%[1]s/log/clickhouse-server.log</log>
-        <errorlog>%[1]s/log/clickhouse-server.err.log</errorlog>
-        <size>10M</size>
-        <count>1</count>
-    </logger>
-    <listen_host>127.0.0.1</listen_host>
-    <tcp_port>%[2]d</tcp_port>
-    <http_port>%[3]d</http_port>
-    <path>%[1]s/data/</path>
-    <tmp_path>%[1]s/tmp/</tmp_path>
-    <user_files_path>%[1]s/user_files/</user_files_path>
-    <format_schema_path>%[1]s/format_schemas/</format_schema_path>
-    <users_config>%[1]s/users.xml</users_config>
-    <default_profile>default</default_profile>
-    <default_database>default</default_database>
-    <timezone>UTC</timezone>
-    <mark_cache_size>67108864</mark_cache_size>
-    <uncompressed_cache_size>67108864</uncompressed_cache_size>
-    <max_concurrent_queries>200</max_concurrent_queries>
-    <max_connections>1024</max_connections>
-    <keep_alive_timeout>3</keep_alive_timeout>
-    <mlock_executable>false</mlock_executable>
-    <builtin_dictionaries_reload_interval>3600</builtin_dictionaries_reload_interval>
-    <max_session_timeout>3600</max_session_timeout>
-    <default_session_timeout>60</default_session_timeout>
-    <query_log>
-        <database>system</database>
-        <table>query_log</table>
-        <flush_interval_milliseconds>1000</flush_interval_milliseconds>
-    </query_log>
-%[4]s</yandex>
-`
-
-// clickHouseUsersXML: user default without password from loopback, no quota
-// limits.
-const clickHouseUsersXML = `<?xml version="1.0"?>
-<yandex>
-    <profiles>
-        <default>
-            <max_memory_usage>2000000000</max_memory_usage>
-            <load_balancing>random</load_balancing>
-            <poll_interval>1</poll_interval>
-        </default>
-        <readonly>
-            <readonly>1</readonly>
-        </readonly>
-    </profiles>
-    <users>
-        <default>
-            <password></password>
-            <networks>
-                <ip>::1</ip>
-                <ip>127.0.0.1</ip>
-            </networks>
-            <profile>default</profile>
-            <quota>default</quota>
-        </default>
-    </users>
-    <quotas>
-        <default>
-            <interval>
-                <duration>3600</duration>
-                <queries>0</queries>
-                <errors>0</errors>
-                <result_rows>0</result_rows>
-                <read_rows>0</read_rows>
-                <execution_time>0</execution_time>
-            </interval>
-        </default>
-    </quotas>
-</yandex>
-`

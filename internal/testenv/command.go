@@ -120,10 +120,17 @@ func (c *Command) Stop() error {
 // its stdout, its stderr and its exit code. env is as for StartCommand.
 func RunCommand(t testing.TB, bin string, args []string, env ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return RunCommandEnv(t, bin, args, append(os.Environ(), env...))
+}
+
+// RunCommandEnv is RunCommand with environ as the command's whole
+// environment (nothing of the test's).
+func RunCommandEnv(t testing.TB, bin string, args, environ []string) (stdout, stderr string, code int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = environ
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

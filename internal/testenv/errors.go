@@ -25,3 +25,20 @@ func CheckErr(t testing.TB, err error, want []string) {
 		}
 	}
 }
+
+// CheckInOrder fails t unless text holds every string of want, each after
+// the end of the one before (the lines of a command's output in their
+// order), naming the first one missing. It reports whether all were found.
+func CheckInOrder(t testing.TB, text string, want []string) bool {
+	t.Helper()
+	rest := text
+	for _, w := range want {
+		i := strings.Index(rest, w)
+		if i < 0 {
+			t.Errorf("output lacks %q (after the strings before it)", w)
+			return false
+		}
+		rest = rest[i+len(w):]
+	}
+	return true
+}

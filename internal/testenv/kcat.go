@@ -123,3 +123,34 @@ func truncate(b []byte, n int) string {
 	}
 	return string(b)
 }
+
+// KcatTopics runs `kcat -L -J` (metadata of every topic, which creates
+// none) against brokers (comma-separated host:port) and returns the
+// topics and their partition counts. The test fails if kcat fails or
+// times out (60s).
+func KcatTopics(t testing.TB, brokers string) map[string]int {
+	t.Helper()
+	bin := Kcat(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-b", brokers, "-L", "-J", "-X", "socket.timeout.ms=10000")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("testenv: %s: %v\nstderr:\n%s", cmd.String(), err, stderr.String())
+	}
+	var md struct {
+		Topics []struct {
+			Topic      string            `json:"topic"`
+			Partitions []json.RawMessage `json:"partitions"`
+		} `json:"topics"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &md); err != nil {
+		t.Fatalf("testenv: parse kcat -L -J output: %v\n%s", err, stdout.String())
+	}
+	out := make(map[string]int, len(md.Topics))
+	for _, tp := range md.Topics {
+		out[tp.Topic] = len(tp.Partitions)
+	}
+	return out
+}

@@ -29,17 +29,17 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"go/build"
 	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgepipe/edgepipe/internal/sandbox"
 )
 
 // inCI reports whether missing prerequisites must fail tests instead of
@@ -60,22 +60,7 @@ func Binary(t testing.TB, name string) string {
 	return path
 }
 
-func lookBinary(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return filepath.Abs(p)
-	}
-	dirs := []string{"/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"}
-	for _, gopath := range filepath.SplitList(build.Default.GOPATH) {
-		dirs = append(dirs, filepath.Join(gopath, "bin"))
-	}
-	for _, dir := range dirs {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("executable %q not found", name)
-}
+func lookBinary(name string) (string, error) { return sandbox.LookBinary(name) }
 
 // missing skips the test, or fails it when CI=true.
 func missing(t testing.TB, format string, args ...any) {

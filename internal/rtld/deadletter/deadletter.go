@@ -194,6 +194,10 @@ type Options struct {
 	MaxBytes int64
 	// Logger receives notes about a full store.
 	Logger *slog.Logger
+	// Sinks are the sinks whose size the store reports, 0 while they have
+	// no dead letters (the receiver's configured sinks), so that
+	// dashboards and alerts have the series from the start.
+	Sinks []string
 }
 
 // Store is the dead-letter store. It is safe for concurrent use, and other
@@ -481,21 +485,25 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// Describe implements prometheus.Collector.
-func (s *Store) Describe(ch chan<- *prometheus.Desc) {
-	s.stored.Describe(ch)
-	s.dropped.Describe(ch)
-	ch <- s.bytesDesc
-	ch <- s.recordsDesc
-	ch <- s.maxDesc
+// Collectors returns the store's metrics: the two counters, each its own
+// collector so that a registry knows their type before they count
+// anything, and the store's size.
+func (s *Store) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{s.stored, s.dropped, sizeCollector{s}}
 }
 
-// Collect implements prometheus.Collector: the counters, and the store's
-// size per sink as found on disk now (a replay in another process shrinks
-// it).
-func (s *Store) Collect(ch chan<- prometheus.Metric) {
-	s.stored.Collect(ch)
-	s.dropped.Collect(ch)
+// sizeCollector reports the store's bound and its size per sink as found on
+// disk at scrape time (a replay in another process shrinks it).
+type sizeCollector struct{ s *Store }
+
+func (c sizeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.s.bytesDesc
+	ch <- c.s.recordsDesc
+	ch <- c.s.maxDesc
+}
+
+func (c sizeCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
 	ch <- prometheus.MustNewConstMetric(s.maxDesc, prometheus.GaugeValue, float64(s.opts.MaxBytes))
 	files, err := s.scan("", false)
 	if err != nil {
@@ -503,6 +511,9 @@ func (s *Store) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	bytesBy, recordsBy := map[string]int64{}, map[string]int{}
+	for _, sink := range s.opts.Sinks {
+		bytesBy[sink] = 0
+	}
 	for _, f := range files {
 		bytesBy[f.Sink] += f.Bytes
 		recordsBy[f.Sink] += f.Records

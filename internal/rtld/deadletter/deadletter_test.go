@@ -68,7 +68,7 @@ func TestAddWritesSelfDescribingLettersDurably(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(s)
+	reg.MustRegister(s.Collectors()...)
 	if _, err := os.Stat(filepath.Join(dir, "kafka", ".tmp-crashed.json")); !os.IsNotExist(err) {
 		t.Fatalf("temporary file left by a crash was not removed: %v", err)
 	}
@@ -298,5 +298,29 @@ func TestAddOfManyRecordsWritesSeveralFiles(t *testing.T) {
 	}
 	if len(files) < 3 || total != 40 {
 		t.Fatalf("%d files holding %d letters, want ≥3 files and 40", len(files), total)
+	}
+}
+
+// TestSizeOfConfiguredSinksFromTheStart checks that an empty store reports
+// its size, 0, for every sink it was told about, so that dashboards and
+// alerts have the series before the first dead letter.
+func TestSizeOfConfiguredSinksFromTheStart(t *testing.T) {
+	s, err := Open(Options{Dir: filepath.Join(t.TempDir(), DirName), Sinks: []string{"kafka", "clickhouse"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Collectors()...)
+	want := `# HELP edgepipe_rtld_dead_letter_bytes Bytes in the dead-letter store, by sink.
+# TYPE edgepipe_rtld_dead_letter_bytes gauge
+edgepipe_rtld_dead_letter_bytes{sink="clickhouse"} 0
+edgepipe_rtld_dead_letter_bytes{sink="kafka"} 0
+# HELP edgepipe_rtld_dead_letter_stored_records Records in the dead-letter store, by sink.
+# TYPE edgepipe_rtld_dead_letter_stored_records gauge
+edgepipe_rtld_dead_letter_stored_records{sink="clickhouse"} 0
+edgepipe_rtld_dead_letter_stored_records{sink="kafka"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "edgepipe_rtld_dead_letter_bytes", "edgepipe_rtld_dead_letter_stored_records"); err != nil {
+		t.Error(err)
 	}
 }

@@ -6,13 +6,16 @@
 package receiver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +28,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/rtld/deadletter"
 	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
 	"github.com/edgepipe/edgepipe/internal/rtld/logmetrics"
+	"github.com/edgepipe/edgepipe/internal/rtld/reconcile"
 	"github.com/edgepipe/edgepipe/internal/rtld/spool"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
@@ -60,6 +64,16 @@ type Config struct {
 	// ProfileAPI and Registrar enable profile registration when both are set.
 	ProfileAPI rtld.ProfileAPI
 	Registrar  *rtld.RegistrarConfig
+	// Reconcile, when set, checks every environment's log delivery
+	// against the Metrics API. The receiver fills in the environments, the
+	// state directory, ClickHouse, the profile's name and destination, the
+	// registry and the logger. It needs ProfileAPI: with a Registrar its
+	// calls are observed, without one the profiles are listed every
+	// WatchInterval.
+	Reconcile *reconcile.Config
+	// WatchInterval is how often profiles are read when Reconcile is set
+	// and no Registrar is (default rtld.DefaultRegisterInterval).
+	WatchInterval time.Duration
 	// GapGrace is how long a missing seq_num may stay missing before it
 	// counts as a gap (default DefaultGapGrace).
 	GapGrace time.Duration
@@ -119,6 +133,8 @@ type Receiver struct {
 	gaps      *rtld.GapTracker
 	ingest    *rtld.Ingest
 	registrar *rtld.Registrar
+	reconcile *reconcile.Reconciler
+	watch     *reconcile.ProfileTap // lists profiles when no registrar does
 	sinks     map[string]delivery.Sink
 	closers   []func() error
 	handler   http.Handler
@@ -144,6 +160,9 @@ func (c Config) withDefaults() Config {
 	if c.GapSaveInterval == 0 {
 		c.GapSaveInterval = DefaultGapSaveInterval
 	}
+	if c.WatchInterval == 0 {
+		c.WatchInterval = rtld.DefaultRegisterInterval
+	}
 	c.Ingest = c.Ingest.WithDefaults()
 	return c
 }
@@ -163,6 +182,12 @@ func (c Config) validate() error {
 	}
 	if err := c.Ingest.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("ingest: %w", err))
+	}
+	if c.Reconcile != nil && c.ProfileAPI == nil {
+		errs = append(errs, errors.New("reconciliation needs the RTLD API to see the profiles"))
+	}
+	if c.Reconcile != nil && c.Registrar == nil && len(c.EnvironmentIDs) == 0 {
+		errs = append(errs, errors.New("reconciliation needs the environment IDs"))
 	}
 	return errors.Join(errs...)
 }
@@ -195,6 +220,9 @@ func New(cfg Config) (_ *Receiver, err error) {
 			var cerrs []error
 			if r.gaps != nil {
 				cerrs = append(cerrs, r.gaps.Close())
+			}
+			if r.reconcile != nil {
+				cerrs = append(cerrs, r.reconcile.Close())
 			}
 			if r.spool != nil {
 				cerrs = append(cerrs, r.spool.Close())
@@ -230,6 +258,14 @@ func New(cfg Config) (_ *Receiver, err error) {
 	for name := range r.sinks {
 		readers = append(readers, name)
 	}
+	if cfg.Reconcile != nil {
+		if r.reconcile, err = r.newReconciler(); err != nil {
+			return nil, err
+		}
+		if r.reconcile.CountsSpool() {
+			readers = append(readers, reconcile.SpoolReaderName)
+		}
+	}
 	if len(r.sinks) == 0 {
 		r.log.Warn("rtld receiver: no sink configured (--kafka.brokers, --clickhouse.dsn): batches are spooled, counted and then discarded")
 	}
@@ -243,11 +279,12 @@ func New(cfg Config) (_ *Receiver, err error) {
 	}
 	r.spool = sp
 	r.reg.MustRegister(rtld.NewSpoolCollector(sp))
-	r.dead, err = deadletter.Open(deadletter.Options{Dir: filepath.Join(cfg.SpoolDir, deadletter.DirName), MaxBytes: cfg.DeadLetterMaxBytes, Logger: cfg.Logger})
+	r.dead, err = deadletter.Open(deadletter.Options{Dir: filepath.Join(cfg.SpoolDir, deadletter.DirName), MaxBytes: cfg.DeadLetterMaxBytes,
+		Logger: cfg.Logger, Sinks: slices.Sorted(maps.Keys(r.sinks))})
 	if err != nil {
 		return nil, err
 	}
-	r.reg.MustRegister(r.dead)
+	r.reg.MustRegister(r.dead.Collectors()...)
 	r.gaps, err = rtld.NewGapTracker(cfg.SpoolDir, cfg.GapGrace, r.metrics, cfg.Logger)
 	if err != nil {
 		return nil, err
@@ -276,10 +313,17 @@ func New(cfg Config) (_ *Receiver, err error) {
 			rc.Fields = withLogMetricsFields(rc.Fields, cfg.LogMetrics.Labels, cfg.Logger)
 		}
 		rc.Observer = newRegistrationMetrics(r.reg)
-		r.registrar, err = rtld.NewRegistrar(cfg.ProfileAPI, rc)
+		api := cfg.ProfileAPI
+		if r.reconcile != nil {
+			api = r.reconcile.Tap(api)
+			rc.Fields = withTimestamp(rc.Fields, cfg.Logger)
+		}
+		r.registrar, err = rtld.NewRegistrar(api, rc)
 		if err != nil {
 			return nil, err
 		}
+	} else if r.reconcile != nil {
+		r.watch = r.reconcile.Tap(cfg.ProfileAPI)
 	}
 
 	mux := chi.NewRouter()
@@ -289,6 +333,41 @@ func New(cfg Config) (_ *Receiver, err error) {
 	mux.Get("/readyz", r.ready)
 	r.handler = mux
 	return r, nil
+}
+
+// newReconciler completes the reconciliation's configuration from the
+// receiver's and opens its state.
+func (r *Receiver) newReconciler() (*reconcile.Reconciler, error) {
+	cfg := r.cfg
+	rc := *cfg.Reconcile
+	rc.Dir, rc.Registerer, rc.Logger = cfg.SpoolDir, r.reg, cfg.Logger
+	if rc.EnvironmentIDs == nil {
+		rc.EnvironmentIDs = cfg.EnvironmentIDs
+		if cfg.Registrar != nil {
+			rc.EnvironmentIDs = cfg.Registrar.EnvironmentIDs
+		}
+	}
+	if cfg.Registrar != nil {
+		rc.ProfileName = cmp.Or(cfg.Registrar.ProfileName, rc.ProfileName)
+		base := strings.TrimRight(cfg.Registrar.PublicURL, "/")
+		rc.Destination = func(env string) string { return base + rtld.EndpointPath(env) }
+	}
+	rc.ProfileName = cmp.Or(rc.ProfileName, rtld.DefaultProfileName)
+	if cfg.ClickHouse != nil {
+		rc.ClickHouse = &reconcile.ClickHouseConfig{DSN: cfg.ClickHouse.DSN, Options: cfg.ClickHouse.Options, Reader: SinkClickHouse}
+	}
+	return reconcile.New(rc)
+}
+
+// withTimestamp returns the profile's fields with timestamp, which the
+// reconciliation buckets records by. An empty list (every field the
+// platform lists) is returned as it is.
+func withTimestamp(fields []string, log *slog.Logger) []string {
+	if len(fields) == 0 || slices.Contains(fields, "timestamp") {
+		return fields
+	}
+	log.Info("rtld receiver: requesting the timestamp field besides --fields: reconciliation counts records by it (--reconcile.delay=0 to leave it out)")
+	return append(slices.Clone(fields), "timestamp")
 }
 
 // Handler serves ingest (POST /ingest/{environment_id}), /metrics, /healthz
@@ -338,7 +417,11 @@ func (r *Receiver) ready(w http.ResponseWriter, _ *http.Request) {
 // Close closes the sinks and the spool of a receiver whose Run was never
 // called (Run closes them itself).
 func (r *Receiver) Close() error {
-	return errors.Join(r.closeSinks(), r.spool.Close())
+	err := errors.Join(r.closeSinks(), r.spool.Close())
+	if r.reconcile != nil {
+		err = errors.Join(err, r.reconcile.Close())
+	}
+	return err
 }
 
 func (r *Receiver) closeSinks() error {
@@ -355,7 +438,7 @@ func (r *Receiver) closeSinks() error {
 // request meets a closed spool.
 func (r *Receiver) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errc := make(chan error, len(r.sinks)+2)
+	errc := make(chan error, len(r.sinks)+3)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := func(name string, f func(context.Context) error) {
@@ -398,6 +481,20 @@ func (r *Receiver) Run(ctx context.Context) error {
 	if r.registrar != nil {
 		start("profile registrar", r.registrar.Run)
 	}
+	if r.reconcile != nil {
+		var rd reconcile.SpoolReader
+		if r.reconcile.CountsSpool() {
+			sr, err := r.spool.Reader(reconcile.SpoolReaderName)
+			if err != nil {
+				cancel()
+				return err
+			}
+			rd = sr
+		}
+		start("reconciliation", func(ctx context.Context) error {
+			return r.reconcile.Run(ctx, r.spool, rd, r.watch, r.cfg.WatchInterval)
+		})
+	}
 	<-runCtx.Done()
 	wg.Wait()
 	close(errc)
@@ -406,6 +503,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, r.closeSinks(), r.gaps.Close(), r.spool.Close())
+	if r.reconcile != nil {
+		errs = append(errs, r.reconcile.Close())
+	}
 	return errors.Join(errs...)
 }
 

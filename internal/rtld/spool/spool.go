@@ -436,3 +436,28 @@ func entryTime(seg *segment, off int64) (int64, error) {
 	sf := segmentFile{r: f, version: seg.version, start: seg.start()}
 	return sf.timeAt(off)
 }
+
+// OldestPending returns the append time of the oldest entry the named
+// reader has not committed, and false when it has committed every entry
+// (or has no such name): every entry appended before the returned time has
+// been committed by that reader.
+func (s *Spool) OldestPending(reader string) (time.Time, bool) {
+	s.mu.Lock()
+	r, ok := s.readers[reader]
+	if !ok || r.committed.Index >= s.end().Index {
+		s.mu.Unlock()
+		return time.Time{}, false
+	}
+	seg, off := s.entryAt(r.committed)
+	s.mu.Unlock()
+	if seg == nil {
+		return time.Time{}, false
+	}
+	t, err := entryTime(seg, off)
+	if err != nil {
+		// Unreadable (damaged, or deleted meanwhile): the caller must not
+		// take the reader for caught up.
+		return time.Unix(0, 0), true
+	}
+	return time.Unix(0, t), true
+}

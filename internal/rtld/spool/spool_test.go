@@ -276,3 +276,42 @@ func TestNextWaitsForAppend(t *testing.T) {
 		t.Fatalf("Next on a cancelled context: %v", err)
 	}
 }
+
+func TestOldestPendingFollowsOneReadersCommits(t *testing.T) {
+	s := open(t, t.TempDir(), Options{SegmentBytes: 200})
+	ctx := context.Background()
+	if _, ok := s.OldestPending("a"); ok {
+		t.Fatal("an empty spool has an entry pending")
+	}
+	before := time.Now()
+	for i := 0; i < 6; i++ {
+		if err := s.Append(ctx, []byte(fmt.Sprintf("entry-%02d-xxxxxxxxxxxxxxxxxxxx", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := time.Now()
+	at, ok := s.OldestPending("a")
+	if !ok || at.Before(before.Add(-time.Second)) || at.After(after) {
+		t.Fatalf("OldestPending(a) = %v, %v; want a time between %v and %v", at, ok, before, after)
+	}
+	ra, _ := s.Reader("a")
+	es := next(t, ra, 6)
+	if err := ra.Commit(es[2].Next); err != nil {
+		t.Fatal(err)
+	}
+	if mid, ok := s.OldestPending("a"); !ok || mid.Before(at) {
+		t.Fatalf("after committing 3 of 6: OldestPending(a) = %v, %v; want one at or after %v", mid, ok, at)
+	}
+	if err := ra.Commit(es[len(es)-1].Next); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.OldestPending("a"); ok {
+		t.Fatal("reader a committed everything, yet an entry is pending")
+	}
+	if _, ok := s.OldestPending("b"); !ok {
+		t.Fatal("reader b committed nothing, yet nothing is pending for it")
+	}
+	if _, ok := s.OldestPending("nobody"); ok {
+		t.Fatal("an unknown reader has entries pending")
+	}
+}

@@ -165,6 +165,7 @@ type openConfig struct {
 	cluster      string
 	insertQuorum int
 	tls          TLSOptions
+	readOnly     bool
 }
 
 // TLSOptions are the client's side of TLS to ClickHouse, for a DSN that
@@ -239,6 +240,13 @@ func WithTLS(o TLSOptions) Option { return func(c *openConfig) { c.tls = o } }
 // or 1 waits for one.
 func WithInsertQuorum(n int) Option { return func(c *openConfig) { c.insertQuorum = n } }
 
+// ReadOnly makes Open leave the DSN's database alone: it neither creates
+// it nor selects it on the connection (it may not exist), so the
+// connection only reads the server's state, such as Schema.Inspect does
+// for `check`. Table still names the DSN's database; DatabaseExists tells
+// whether it exists.
+func ReadOnly() Option { return func(c *openConfig) { c.readOnly = true } }
+
 // DB is an open connection pool to one database of one ClickHouse server.
 // It is safe for concurrent use.
 type DB struct {
@@ -258,8 +266,8 @@ type DB struct {
 // protocol (clickhouse://host:9000/db) or the HTTP interface
 // (http://host:8123/db, https://host:8443/db?secure=true), creates the
 // DSN's database on that server if it does not exist (default "default";
-// on a cluster Schema creates it on the other nodes) and detects the server
-// version. It fails when the server cannot be reached (callers that must
+// on a cluster Schema creates it on the other nodes; not with ReadOnly) and
+// detects the server version. It fails when the server cannot be reached (callers that must
 // survive an outage retry Open), and with an *UnsupportedServerError when
 // the server answers but cannot serve this protocol (HTTP before 23.3).
 func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
@@ -306,7 +314,7 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 
 	// The native handshake fails for a database that does not exist, so
 	// create it over a connection without one first.
-	if database != "default" {
+	if database != "default" && !cfg.readOnly {
 		boot := *chOpts
 		boot.Auth.Database = ""
 		bootConn, err := ch.Open(&boot)
@@ -324,6 +332,9 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	}
 	connOpts := *chOpts
 	connOpts.Auth.Database = database
+	if cfg.readOnly {
+		connOpts.Auth.Database = "" // it may not exist
+	}
 	db, err := connect(ctx, &connOpts, addr, database, cfg.log)
 	if err != nil {
 		if chOpts.Protocol == ch.HTTP {

@@ -295,13 +295,8 @@ func (s *Schema) complete(ctx context.Context, t *Table) ([]*nodeState, []string
 		return nil, nil, err
 	}
 	states := s.survey(ctx, nodes, t)
-	for _, n := range states {
-		if n.dist != nil && n.dist.engine != "Distributed" {
-			// Writing there would bypass the cluster: the operator renames
-			// it (README: migration) and Ensure creates the Distributed table.
-			return nil, nil, fmt.Errorf("ClickHouse table %s on %s is a %s table, not the Distributed table of cluster %s: rename it (its rows can be copied into the new tables with INSERT … SELECT)",
-				s.db.Table(t.Name), n.addr, n.dist.engine, cluster)
-		}
+	if err := s.checkDistributed(t, states); err != nil {
+		return nil, nil, err
 	}
 	preexisting := anyLocal(states)
 	if cluster != "" && allReachable(states) && !preexisting {
@@ -335,6 +330,20 @@ func (s *Schema) complete(ctx context.Context, t *Table) ([]*nodeState, []string
 		states = s.survey(ctx, nodes, t)
 	}
 	return states, waiting, nil
+}
+
+// checkDistributed returns an error naming a node where the table writers
+// insert into exists on a cluster but is not a Distributed table: writing
+// there would bypass the cluster, so the operator renames it (README:
+// migration) and Ensure creates the Distributed table.
+func (s *Schema) checkDistributed(t *Table, states []*nodeState) error {
+	for _, n := range states {
+		if n.dist != nil && n.dist.engine != "Distributed" {
+			return fmt.Errorf("ClickHouse table %s on %s is a %s table, not the Distributed table of cluster %s: rename it (its rows can be copied into the new tables with INSERT … SELECT)",
+				s.db.Table(t.Name), n.addr, n.dist.engine, s.db.cluster)
+		}
+	}
+	return nil
 }
 
 // stateOf sums up the nodes' states: the nodes where t is incomplete, the
@@ -380,12 +389,7 @@ func (s *Schema) entryColumns(ctx context.Context, t *Table, st *TableState, wai
 		return err
 	}
 	st.Columns = cols
-	var missing []string
-	for _, c := range t.Columns {
-		if _, ok := cols[c.Name]; !ok {
-			missing = append(missing, c.Name)
-		}
-	}
+	missing := MissingColumns(t, cols)
 	if len(cols) > 0 && len(missing) == 0 {
 		return nil
 	}

@@ -179,6 +179,17 @@ func TestSchemaOnCluster(t *testing.T) {
 		down := c.Node(2, 2)
 		down.Stop()
 		db, s := openCluster(t, c, c.Node(1, 1), database)
+		// What `check` sees first: the table missing on every node, the
+		// one down named; and it creates nothing.
+		ictx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		r, err := s.Inspect(ictx, eventsTable())
+		cancel()
+		if err != nil || r.Exists || r.Nodes != 4 || r.Incomplete != 4 || len(r.Unreachable) != 1 || !strings.Contains(r.Unreachable[0], down.Addr()) || r.Problem != nil {
+			t.Errorf("Inspect with %s down: %+v, %v", down.Addr(), r, err)
+		}
+		if got := nodeColumns(t, c.Node(1, 1), database, "events_local"); got != nil {
+			t.Fatalf("Inspect created %s.events_local: %v", database, got)
+		}
 		st, err := ensure(t, s, eventsTable())
 		if err != nil {
 			t.Fatal(err)
@@ -252,6 +263,12 @@ func TestSchemaOnCluster(t *testing.T) {
 		_, err := ensure(t, s, eventsTable())
 		if err == nil || !strings.Contains(err.Error(), "not the Distributed table") {
 			t.Fatalf("Ensure with a MergeTree events on %s: %v, want an error naming it", c.Node(1, 2).ReplicaName, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		r, err := s.Inspect(ctx, eventsTable())
+		if err != nil || r.Problem == nil || !strings.Contains(r.Problem.Error(), "not the Distributed table") {
+			t.Errorf("Inspect with a MergeTree events on %s: %+v, %v; want the same problem as its Problem", c.Node(1, 2).ReplicaName, r, err)
 		}
 	})
 

@@ -291,3 +291,30 @@ headroom; see the README). */}}
 {{- $_ := set $res "requests" $requests }}
 {{- toYaml $res }}
 {{- end }}
+
+{{/* Whether the receiver runs several replicas behind its Service. */}}
+{{- define "edgepipe.receiverReplicated" -}}
+{{- if or .Values.receiver.autoscaling.enabled (gt (int .Values.receiver.replicas) 1) }}true{{ end }}
+{{- end }}
+
+{{/* The receiver's reconciliation flags. Several replicas each spool part of
+a bucket, so they count the records in ClickHouse's access_logs (exact
+across replicas) and the first replica compares; without ClickHouse
+reconciliation is off then. In simulate mode every replica has a platform
+of its own and reconciles its own records. */}}
+{{- define "edgepipe.receiverReconcileArgs" -}}
+{{- $delay := toString .Values.receiver.reconcile.delay }}
+{{- $off := or (eq $delay "0") (eq $delay "0s") }}
+{{- if and (include "edgepipe.receiverReplicated" .) (not .Values.clickhouse.enabled) (not .Values.simulate) }}
+{{- $off = true }}
+{{- end }}
+{{- if $off }}
+- --reconcile.delay=0s
+{{- else }}
+- --reconcile.delay={{ $delay }}
+{{- if and .Values.clickhouse.enabled (not .Values.simulate) }}
+- --reconcile.counts=clickhouse
+- --reconcile.leader={{ include "edgepipe.receiver.fullname" . }}-0
+{{- end }}
+{{- end }}
+{{- end }}

@@ -454,13 +454,7 @@ func (a *Sink) ensureTable(ctx context.Context, db *clickhouse.DB) ([]accessColu
 		if err != nil {
 			return nil, nil, false, err
 		}
-		missing := false
-		for _, c := range next.Columns {
-			if _, ok := st.Columns[c.Name]; !ok {
-				missing = true
-			}
-		}
-		if !missing {
+		if len(clickhouse.MissingColumns(next, st.Columns)) == 0 {
 			a.warnOldLayout(st)
 			cols, err := accessColumns(db.Version(), a.cfg.Fields, st.Columns)
 			return cols, next, st.Complete, err
