@@ -93,8 +93,9 @@ bench-scale: ## the exporter binary against 1,000 simulated environments in 10 p
 bench-clickhouse: ## exporter rows/s inserted into ClickHouse for the widest dataset
 	$(GO) test -run '^$$' -bench 'BenchmarkInsertEdgeUsageByCountry' -benchtime 3s -timeout 30m ./internal/sinks/clickhouse/metrictables
 
-bench-receiver: ## receiver records/s and MB/s end to end into Kafka and ClickHouse vs a bare gunzip+decode server
-	$(GO) test -run '^$$' -bench 'Ingest' -benchtime 300x -count 2 -timeout 60m ./internal/rtld/receiver
+bench-receiver: ## receiver records/s, CPU and peak RSS into Kafka and ClickHouse vs a bare gunzip+decode server (in-process and the binary over https), and RSS with 16 x 29 MB batches
+	$(GO) test -run '^$$' -bench '^BenchmarkIngest(HTTPS)?$$' -benchtime 300x -count 2 -timeout 60m ./internal/rtld/receiver
+	$(GO) test -run '^$$' -bench '^BenchmarkIngestBigBatches$$' -benchtime 16x -count 2 -timeout 60m ./internal/rtld/receiver
 
 bench-all: ## every benchmark of the module (BENCH=regexp BENCHTIME=…)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout 60m ./...

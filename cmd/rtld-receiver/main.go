@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -90,6 +91,7 @@ type flags struct {
 	kafkaTLSKeyFile     string
 	kafkaTLSInsecure    bool
 	kafkaSASLMechanism  string
+	kafkaWriteTimeout   time.Duration
 	clickhouseDSN       string
 	clickhouseCluster   string
 	clickhouseQuorum    int
@@ -164,6 +166,7 @@ func newCommandLine(stdout, stderr io.Writer) *flags {
 	app.Flag("kafka.tls.key-file", "PEM key of --kafka.tls.cert-file.").PlaceHolder("FILE").StringVar(&f.kafkaTLSKeyFile)
 	app.Flag("kafka.tls.insecure-skip-verify", "FOR TESTING ONLY: accept any broker certificate (anyone on the path can read and alter the traffic).").BoolVar(&f.kafkaTLSInsecure)
 	app.Flag("kafka.max-message-bytes", "Largest record batch the Kafka brokers accept (their message.max.bytes or the topic's max.message.bytes); the writer's batches stay under it and a record too large for it alone is dead-lettered for Kafka (it still reaches ClickHouse). Must be at least --ingest.max-record-bytes.").Default(units.Base2Bytes(kafkasink.DefaultMaxMessageBytes).String()).BytesVar(&f.kafkaMaxMessageBytes)
+	app.Flag("kafka.write-timeout", "How long a produce request may wait for the brokers' acknowledgement (acks=all). A request without an answer by then is unconfirmed: its partition's leader is probed until it answers and the request is sent again, so its records may be in the topic twice (counted in edgepipe_rtld_sink_partition_unconfirmed_records_total). Other partitions go on meanwhile.").Default(kafkasink.DefaultWriteTimeout.String()).DurationVar(&f.kafkaWriteTimeout)
 	app.Flag("kafka.sasl.mechanism", "Kafka SASL mechanism: none, plain, scram-sha-256, scram-sha-512. The username comes only from $EDGEPIPE_KAFKA_USERNAME (or the file named by $EDGEPIPE_KAFKA_USERNAME_FILE), the password as --kafka.password-file says.").Default(kafkasink.SASLNone).EnumVar(&f.kafkaSASLMechanism, kafkasink.SASLMechanisms...)
 	f.kafkaPassword = cli.SecretFlag(app, "kafka.password-file", "EDGEPIPE_KAFKA_PASSWORD", "File holding the Kafka SASL password (with --kafka.sasl.mechanism).")
 	app.Flag("clickhouse.dsn", "ClickHouse DSN, enables the ClickHouse sink (table access_logs): clickhouse://127.0.0.1:9000/cdn (native protocol), http://HOST:8123/cdn or https://HOST:8443/cdn?secure=true (HTTP interface, ClickHouse 23.3 on). The password goes in $EDGEPIPE_CLICKHOUSE_PASSWORD or --clickhouse.password-file, not here.").Envar("EDGEPIPE_CLICKHOUSE_DSN").PlaceHolder("clickhouse://HOST:9000/DB").StringVar(&f.clickhouseDSN)
@@ -304,6 +307,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	setMemoryLimit(cfg, log)
 	rcv, err := receiver.New(cfg)
 	if err != nil {
 		return err
@@ -492,7 +496,7 @@ func kafkaConfig(f *flags, username, password string, log *slog.Logger) (*kafkas
 	c := &kafkasink.Config{
 		Brokers: cli.SplitList(f.kafkaBrokers), Topic: f.kafkaTopic, Compression: f.kafkaCompression,
 		CreateTopic: f.kafkaCreateTopic, Partitions: f.kafkaPartitions, ReplicationFactor: f.kafkaReplication,
-		MaxMessageBytes: int64(f.kafkaMaxMessageBytes), Logger: log,
+		MaxMessageBytes: int64(f.kafkaMaxMessageBytes), WriteTimeout: f.kafkaWriteTimeout, Logger: log,
 	}
 	files := kafkasink.TLSFiles{CAFile: f.kafkaTLSCAFile, CertFile: f.kafkaTLSCertFile, KeyFile: f.kafkaTLSKeyFile, InsecureSkipVerify: f.kafkaTLSInsecure}
 	if f.kafkaTLS {
@@ -519,6 +523,17 @@ func kafkaConfig(f *flags, username, password string, log *slog.Logger) (*kafkas
 		log.Warn("--kafka.sasl.mechanism=plain without --kafka.tls sends the Kafka password in clear text")
 	}
 	return c, nil
+}
+
+// setMemoryLimit sets the soft memory limit the settings call for
+// (receiver.Config.MemoryLimit) unless GOMEMLIMIT chose one.
+func setMemoryLimit(cfg receiver.Config, log *slog.Logger) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	limit := cfg.MemoryLimit()
+	debug.SetMemoryLimit(limit)
+	log.Debug("soft memory limit set from the settings; GOMEMLIMIT overrides it", "limit", units.Base2Bytes(limit).String())
 }
 
 func randomSecret() string {

@@ -243,65 +243,74 @@ func decodeFast(env string, body []byte) (*Batch, bool) {
 	b := &Batch{EnvironmentID: env, SeqNum: NoSeqNum}
 	switch body[i] {
 	case '[':
-		if !json.Valid(body) {
-			return nil, false
-		}
-		b.Format = FormatJSONArray
-		ok := true
-		if err := EachElement(body[i:], func(v []byte) {
-			ok = ok && v[0] == '{'
-			b.Records = append(b.Records, v)
-		}); err != nil || !ok || len(b.Records) == 0 {
-			return nil, false
-		}
-		return b, true
+		return b, b.fastArray(body, i)
 	case '{':
-		if json.Valid(body) {
-			obj := bytes.TrimRight(body[i:], " \t\r\n")
-			env, isEnvelope, err := parseEnvelope(obj)
-			if err != nil {
-				return nil, false
-			}
-			if !isEnvelope {
-				b.Format = FormatJSONLines
-				b.Records = []json.RawMessage{obj}
-				return b, true
-			}
-			if len(env.Logs) == 0 {
-				return nil, false
-			}
-			b.Format = FormatJSON
-			b.AccountNumber, b.AgentID, b.Datestamp = env.AccountNumber, env.AgentID, env.Datestamp
-			b.Platform, b.ProfileID, b.SeqNum, b.Records = env.Platform, env.ProfileID, env.SeqNum, env.Logs
-			return b, true
+		if ok, whole := b.fastObject(body, i); whole {
+			return b, ok
 		}
-		// json_lines: one object per line.
-		b.Format = FormatJSONLines
-		for rest := body; len(rest) > 0; {
-			line := rest
-			if nl := bytes.IndexByte(rest, '\n'); nl >= 0 {
-				line, rest = rest[:nl], rest[nl+1:]
-			} else {
-				rest = nil
-			}
-			line = bytes.Trim(line, " \t\r\n")
-			if len(line) == 0 {
-				continue
-			}
-			if line[0] != '{' || !json.Valid(line) {
-				return nil, false
-			}
-			b.Records = append(b.Records, line)
-		}
-		if len(b.Records) == 0 {
-			return nil, false
-		}
-		if _, isEnvelope, _ := parseEnvelope(b.Records[0]); isEnvelope {
-			return nil, false // an envelope followed by more: let the stream decoder say so
-		}
-		return b, true
+		return b, b.fastLines(body)
 	}
 	return nil, false
+}
+
+// fastArray decodes a json_array body whose array starts at body[i].
+func (b *Batch) fastArray(body []byte, i int) bool {
+	b.Format = FormatJSONArray
+	ok := true
+	end := scanElements(body, i, 0, func(v []byte) {
+		ok = ok && v[0] == '{'
+		b.Records = append(b.Records, v)
+	})
+	return end >= 0 && skipSpace(body, end) == len(body) && ok && len(b.Records) > 0
+}
+
+// fastObject decodes a body that is one object starting at body[i]: a json
+// envelope, or a json_lines batch of one record. whole is false when the
+// body is not one valid object (json_lines of several records, or invalid).
+func (b *Batch) fastObject(body []byte, i int) (ok, whole bool) {
+	w, end := splitObject(body, i)
+	if end < 0 || skipSpace(body, end) != len(body) {
+		return false, false
+	}
+	if w.Logs == nil || string(w.Logs) == "null" {
+		b.Format = FormatJSONLines
+		b.Records = []json.RawMessage{body[i:end]}
+		return true, true
+	}
+	env, err := w.envelope()
+	if err != nil || len(env.Logs) == 0 {
+		return false, true
+	}
+	b.Format = FormatJSON
+	b.AccountNumber, b.AgentID, b.Datestamp = env.AccountNumber, env.AgentID, env.Datestamp
+	b.Platform, b.ProfileID, b.SeqNum, b.Records = env.Platform, env.ProfileID, env.SeqNum, env.Logs
+	return true, true
+}
+
+// fastLines decodes a json_lines body: one object per line.
+func (b *Batch) fastLines(body []byte) bool {
+	b.Format = FormatJSONLines
+	for rest := body; len(rest) > 0; {
+		line := rest
+		if nl := bytes.IndexByte(rest, '\n'); nl >= 0 {
+			line, rest = rest[:nl], rest[nl+1:]
+		} else {
+			rest = nil
+		}
+		line = bytes.Trim(line, " \t\r\n")
+		if len(line) == 0 {
+			continue
+		}
+		if line[0] != '{' || !validJSON(line) {
+			return false
+		}
+		b.Records = append(b.Records, line)
+	}
+	if len(b.Records) == 0 {
+		return false
+	}
+	_, isEnvelope, _ := parseEnvelope(b.Records[0])
+	return !isEnvelope // an envelope followed by more: let the stream decoder say so
 }
 
 // decodeStream decodes with encoding/json's streaming decoder, which knows
@@ -507,51 +516,102 @@ type envelope struct {
 // rejected before it is known to be a record.
 type wireEnvelope struct {
 	AccountNumber, AgentID, Datestamp, Platform, ProfileID, SeqNum, Logs json.RawMessage
+	// logs holds the elements of Logs when it is an array; badLog is the
+	// index of the first that is not an object, or -1.
+	logs   []json.RawMessage
+	badLog int
+}
+
+// member keeps the value v of the member named key (the members the
+// envelope knows; the last of a repeated one counts).
+func (w *wireEnvelope) member(key string, v json.RawMessage) {
+	switch key {
+	case "logs":
+		w.Logs = v
+	case "account_number":
+		w.AccountNumber = v
+	case "agent_id":
+		w.AgentID = v
+	case "datestamp":
+		w.Datestamp = v
+	case "platform":
+		w.Platform = v
+	case "profile_id":
+		w.ProfileID = v
+	case "seq_num":
+		w.SeqNum = v
+	}
+}
+
+// splitObject validates the object at body[i] == '{' in one pass, keeping
+// the envelope's members and splitting "logs" into its elements. It returns
+// the index after the object, or -1 when it is not valid JSON.
+func splitObject(body []byte, i int) (wireEnvelope, int) {
+	w := wireEnvelope{badLog: -1}
+	end := scanMembers(body, i, func(key []byte, escaped bool, v int) int {
+		k := string(key) // no copy: only compared, or stored after unescaping
+		if escaped {
+			k = UnescapeKey(key, escaped)
+		}
+		if k == "logs" && v < len(body) && body[v] == '[' {
+			w.logs, w.badLog = w.logs[:0], -1
+			e := scanElements(body, v, 1, func(r []byte) {
+				if w.badLog < 0 && r[0] != '{' {
+					w.badLog = len(w.logs)
+				}
+				w.logs = append(w.logs, r)
+			})
+			if e >= 0 {
+				w.Logs = body[v:e]
+			}
+			return e
+		}
+		e := scanValueDepth(body, v, 1)
+		if e >= 0 {
+			w.member(k, body[v:e])
+		}
+		return e
+	})
+	return w, end
 }
 
 // parseEnvelope decodes the json format's envelope. It reports false when obj
 // has no "logs" member (it is then a json_lines record). obj must be valid
 // JSON (the decoder checked it); the records alias it.
 func parseEnvelope(obj json.RawMessage) (envelope, bool, error) {
-	var w wireEnvelope
+	w := wireEnvelope{badLog: -1}
 	if err := EachMember(obj, func(key []byte, escaped bool, v []byte) {
-		switch UnescapeKey(key, escaped) {
-		case "logs":
-			w.Logs = v
-		case "account_number":
-			w.AccountNumber = v
-		case "agent_id":
-			w.AgentID = v
-		case "datestamp":
-			w.Datestamp = v
-		case "platform":
-			w.Platform = v
-		case "profile_id":
-			w.ProfileID = v
-		case "seq_num":
-			w.SeqNum = v
-		}
+		w.member(UnescapeKey(key, escaped), v)
 	}); err != nil {
 		return envelope{}, false, fmt.Errorf("decoding object: %w", err)
 	}
 	if len(w.Logs) == 0 || string(w.Logs) == "null" {
 		return envelope{}, false, nil
 	}
+	if w.Logs[0] == '[' {
+		if err := EachElement(w.Logs, func(v []byte) {
+			if w.badLog < 0 && v[0] != '{' {
+				w.badLog = len(w.logs)
+			}
+			w.logs = append(w.logs, v)
+		}); err != nil {
+			return envelope{SeqNum: NoSeqNum}, true, fmt.Errorf(`decoding "logs": %w`, err)
+		}
+	}
+	e, err := w.envelope()
+	return e, true, err
+}
+
+// envelope checks and decodes the members of an envelope whose "logs" is
+// set and not null.
+func (w *wireEnvelope) envelope() (envelope, error) {
 	e := envelope{SeqNum: NoSeqNum}
 	if w.Logs[0] != '[' {
-		return e, true, errors.New(`"logs" must be an array of record objects`)
+		return e, errors.New(`"logs" must be an array of record objects`)
 	}
-	var bad = -1
-	if err := EachElement(w.Logs, func(v []byte) {
-		if bad < 0 && v[0] != '{' {
-			bad = len(e.Logs)
-		}
-		e.Logs = append(e.Logs, v)
-	}); err != nil {
-		return e, true, fmt.Errorf(`decoding "logs": %w`, err)
-	}
-	if bad >= 0 {
-		return e, true, fmt.Errorf("logs[%d] is not a JSON object", bad)
+	e.Logs = w.logs
+	if w.badLog >= 0 {
+		return e, fmt.Errorf("logs[%d] is not a JSON object", w.badLog)
 	}
 	str := func(key string, raw json.RawMessage, dst *string) error {
 		if len(raw) == 0 || string(raw) == "null" {
@@ -577,20 +637,20 @@ func parseEnvelope(obj json.RawMessage) (envelope, bool, error) {
 		{"profile_id", w.ProfileID, &e.ProfileID},
 	} {
 		if err := str(f.key, f.raw, f.dst); err != nil {
-			return e, true, err
+			return e, err
 		}
 	}
 	if len(w.SeqNum) > 0 && string(w.SeqNum) != "null" {
 		n, err := strconv.ParseInt(string(w.SeqNum), 10, 64)
 		if err != nil || n < 0 {
-			return e, true, fmt.Errorf(`"seq_num" must be a non-negative integer, got %s`, truncate(w.SeqNum, 32))
+			return e, fmt.Errorf(`"seq_num" must be a non-negative integer, got %s`, truncate(w.SeqNum, 32))
 		}
 		e.SeqNum = n
 	}
 	if e.Datestamp != "" && !validDatestamp(e.Datestamp) {
-		return e, true, fmt.Errorf(`"datestamp" must be YYYYMMDD, got %q`, truncate([]byte(e.Datestamp), 32))
+		return e, fmt.Errorf(`"datestamp" must be YYYYMMDD, got %q`, truncate([]byte(e.Datestamp), 32))
 	}
-	return e, true, nil
+	return e, nil
 }
 
 func validDatestamp(s string) bool {

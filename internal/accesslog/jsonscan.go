@@ -166,3 +166,27 @@ func valueEnd(b []byte, i int) int {
 		return len(b)
 	}
 }
+
+// RecordUUID returns the "uuid" member of the record object rec when it is
+// a non-empty JSON string, else "". A batch without identity (json_array,
+// json_lines) names its records by it where it can (the sinks' record
+// identity).
+func RecordUUID(rec []byte) string {
+	var uuid []byte
+	_ = EachMember(rec, func(key []byte, escaped bool, value []byte) {
+		if uuid == nil && !escaped && string(key) == "uuid" {
+			uuid = value
+		}
+	})
+	if len(uuid) < 2 || uuid[0] != '"' {
+		return ""
+	}
+	if _, esc := stringEnd(uuid, 0); !esc {
+		return string(uuid[1 : len(uuid)-1])
+	}
+	var s string
+	if json.Unmarshal(uuid, &s) != nil {
+		return ""
+	}
+	return s
+}

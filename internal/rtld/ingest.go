@@ -403,7 +403,7 @@ func (in *Ingest) receive(w http.ResponseWriter, r *http.Request) (wireBody, err
 	body := http.MaxBytesReader(w, r.Body, in.cfg.MaxBodyBytes)
 	var wb wireBody
 	end := func(err error) (wireBody, error) {
-		err = bodyReadError(err)
+		err = bodyReadError(err, wb.n)
 		if err == nil {
 			// The whole body is in: the rest of the request has the
 			// server's own timeouts again.
@@ -436,12 +436,19 @@ func (in *Ingest) receive(w http.ResponseWriter, r *http.Request) (wireBody, err
 	}
 }
 
-// bodyReadError maps the end of a body read: nil at EOF.
-func bodyReadError(err error) error {
+// errBodyCut marks a request body whose connection ended before the body
+// did (fewer bytes than Content-Length, or a chunked body without its last
+// chunk).
+var errBodyCut = errors.New("request body cut short")
+
+// bodyReadError maps the end of a body read after n bytes: nil at EOF.
+func bodyReadError(err error, n int64) error {
 	var ne net.Error
 	switch {
 	case errors.Is(err, io.EOF):
 		return nil
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: the connection ended after %d bytes of the body", errBodyCut, n)
 	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return errBodyTimeout
 	}
@@ -482,20 +489,20 @@ func (in *Ingest) decompress(ctx context.Context, wire wireBody, gzipped bool) (
 	}
 	zr, err := in.gzipReader(wire.reader())
 	if err != nil {
-		return nil, err
+		return nil, gzipError(err, wire.n)
 	}
 	defer in.gzPool.Put(zr)
-	// ISIZE, the decompressed size (mod 2^32) of the last gzip member: a
-	// body that announces more than the limit is refused unread, and the
-	// buffer is sized for the rest (a wrong hint costs a copy, not safety).
-	need := in.cfg.MaxDecodedBytes + 1
-	if isize, ok := wire.tail(); ok {
-		if int64(isize) > in.cfg.MaxDecodedBytes {
-			return nil, errDecodedTooLarge
-		}
+	// ISIZE, the decompressed size (mod 2^32) of the last gzip member, sizes
+	// the buffer (a wrong hint costs a copy, not safety). It is only a hint:
+	// in a stream cut short the last 4 bytes are compressed data, so a value
+	// above the limit starts from the smallest buffer instead of refusing
+	// the body unread, and decompressing tells a bomb (413) from a truncated
+	// upload (400).
+	need := int64(1)
+	if isize, ok := wire.tail(); ok && int64(isize) <= in.cfg.MaxDecodedBytes {
 		need = int64(isize) + 1
 	}
-	buf, err := in.mem.get(ctx, min(need, in.cfg.MaxDecodedBytes+1), in.cfg.QueueWait)
+	buf, err := in.mem.get(ctx, need, in.cfg.QueueWait)
 	if err != nil {
 		return nil, err
 	}
@@ -526,9 +533,25 @@ func (in *Ingest) decompress(ctx context.Context, wire wireBody, gzipped bool) (
 		}
 		if err != nil {
 			in.release(buf)
-			return nil, err
+			return nil, gzipError(err, wire.n)
 		}
 	}
+}
+
+// errTruncated marks a body that ends before its gzip stream does.
+var errTruncated = errors.New("truncated")
+
+// gzipError names what is wrong with a gzip body: a stream that ends
+// early (an upload cut short) wraps errTruncated; every other error is
+// returned as it is.
+func gzipError(err error, wire int64) error {
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("gzip body is %w: the compressed stream ends after %d bytes, before its end marker and trailer (was the upload cut short?)", errTruncated, wire)
+	case errors.Is(err, io.EOF) && wire == 0:
+		return fmt.Errorf("gzip body is %w: it is empty", errTruncated)
+	}
+	return err
 }
 
 // release gives buffers back to the body memory.
@@ -578,8 +601,9 @@ func (in *Ingest) bodyFailed(w http.ResponseWriter, wire int64, err error) {
 		in.metrics.bytes.WithLabelValues(StatusMalformed).Add(float64(wire))
 		off := de.Offset
 		in.reply(w, http.StatusBadRequest, errorBody{Error: de.Error(), Status: http.StatusBadRequest, Line: de.Line, Offset: &off})
-	case errors.Is(err, kgzip.ErrHeader), errors.Is(err, kgzip.ErrChecksum), errors.As(err, &ce),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+	case errors.Is(err, errTruncated), errors.Is(err, errBodyCut):
+		in.fail(w, http.StatusBadRequest, StatusMalformed, wire, err.Error())
+	case errors.Is(err, kgzip.ErrHeader), errors.Is(err, kgzip.ErrChecksum), errors.As(err, &ce):
 		in.fail(w, http.StatusBadRequest, StatusMalformed, wire, "invalid gzip body: "+err.Error())
 	default:
 		in.fail(w, http.StatusBadRequest, StatusMalformed, wire, "reading the body: "+err.Error())

@@ -1,11 +1,15 @@
 package rtld
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -117,8 +121,29 @@ func post(t *testing.T, url, user, pass string, body []byte, gzipped bool) (answ
 
 const envelopeFmt = `{"account_number":"A","agent_id":"agent-1","datestamp":"20261123","platform":"p","profile_id":1,"seq_num":%d,"logs":[{"uuid":"u1"},{"uuid":"u2"}]}`
 
+// truncatedGzip returns a gzip body of about 3 MiB of records cut in the
+// middle of its compressed stream, at a place whose last 4 bytes, read as
+// gzip's ISIZE trailer, announce more than limit decompressed bytes (what
+// made ingest answer 413 "decompressed body exceeds" before).
+func truncatedGzip(t *testing.T, limit int64) []byte {
+	t.Helper()
+	var recs []string
+	for i := range 20000 {
+		recs = append(recs, fmt.Sprintf(`{"uuid":"u-%d","n":%d}`, i, i*7919%100003))
+	}
+	whole := gz(t, "["+strings.Join(recs, ",")+"]")
+	for cut := len(whole) / 2; cut < len(whole)-8; cut++ {
+		if int64(binary.LittleEndian.Uint32(whole[cut-4:cut])) > limit {
+			return whole[:cut]
+		}
+	}
+	t.Fatal("no cut point whose tail exceeds the limit")
+	return nil
+}
+
 func TestIngestAnswers(t *testing.T) {
 	bomb := gz(t, "["+strings.Repeat(" ", 64<<20)+"]") // 64 MiB of spaces, ~64 KiB gzipped
+	whole := gz(t, fmt.Sprintf(envelopeFmt, 1))
 	for _, tc := range []struct {
 		name    string
 		user    string
@@ -137,6 +162,12 @@ func TestIngestAnswers(t *testing.T) {
 		{"broken gzip", "rtld", "s3cret", []byte("not gzip at all"), true, 400, 0, "gzip"},
 		{"oversized body", "rtld", "s3cret", bytes.Repeat([]byte(" "), 2<<20), false, 413, 0, "exceeds 1048576 bytes"},
 		{"gzip bomb", "rtld", "s3cret", bomb, true, 413, 0, "decompressed body exceeds"},
+		{"truncated gzip, tail above the limit", "rtld", "s3cret", truncatedGzip(t, 4<<20), true, 400, 0, "gzip body is truncated"},
+		{"truncated gzip, small tail", "rtld", "s3cret", whole[:len(whole)/2], true, 400, 0, "gzip body is truncated"},
+		{"gzip trailer cut", "rtld", "s3cret", whole[:len(whole)-3], true, 400, 0, "gzip body is truncated"},
+		{"gzip header cut", "rtld", "s3cret", whole[:5], true, 400, 0, "gzip body is truncated"},
+		{"empty gzip body", "rtld", "s3cret", nil, true, 400, 0, "gzip body is truncated: it is empty"},
+		{"corrupt gzip checksum", "rtld", "s3cret", corruptCRC(whole), true, 400, 0, "invalid gzip body"},
 		{"record too large", "rtld", "s3cret", gz(t, `[{"a":"`+strings.Repeat("x", 600<<10)+`"}]`), true, 413, 0, "record 0 is"},
 		{"duplicate", "rtld", "s3cret", gz(t, fmt.Sprintf(envelopeFmt, 9)), true, 200, 0, ""},
 	} {
@@ -158,6 +189,13 @@ func TestIngestAnswers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// corruptCRC returns a copy of a gzip body with its CRC-32 trailer changed.
+func corruptCRC(body []byte) []byte {
+	out := bytes.Clone(body)
+	out[len(out)-8] ^= 0xff
+	return out
 }
 
 func TestIngestGzipBombKeepsHeapSmall(t *testing.T) {
@@ -241,5 +279,50 @@ func TestIngestSpoolFullAndInFlight(t *testing.T) {
 	close(block)
 	if s := <-done; s != 200 {
 		t.Fatalf("blocked request finished with %d", s)
+	}
+}
+
+// TestIngestBodyCutShort: a sender whose connection ends before the
+// Content-Length it announced gets 400 naming the cut, not a gzip error.
+func TestIngestBodyCutShort(t *testing.T) {
+	for _, gzipped := range []bool{true, false} {
+		t.Run(fmt.Sprintf("gzip=%v", gzipped), func(t *testing.T) {
+			sp := &memSpool{}
+			srv, _ := newTestIngest(t, IngestConfig{}, sp, nil)
+			body := []byte(fmt.Sprintf(envelopeFmt, 1))
+			if gzipped {
+				body = gz(t, string(body))
+			}
+			conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			req := fmt.Sprintf("POST /ingest/env HTTP/1.1\r\nHost: x\r\nAuthorization: Basic %s\r\nContent-Length: %d\r\n",
+				base64.StdEncoding.EncodeToString([]byte("rtld:s3cret")), len(body)+100)
+			if gzipped {
+				req += "Content-Encoding: gzip\r\n"
+			}
+			if _, err := conn.Write(append([]byte(req+"\r\n"), body...)); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var out map[string]any
+			_ = json.NewDecoder(resp.Body).Decode(&out)
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(fmt.Sprint(out["error"]), fmt.Sprintf("connection ended after %d bytes", len(body))) {
+				t.Fatalf("status %d %v, want 400 naming the cut", resp.StatusCode, out)
+			}
+			if sp.len() != 0 {
+				t.Fatal("a cut body was stored")
+			}
+		})
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -268,7 +270,13 @@ func (k *KafkaBroker) CreateTopic(t testing.TB, topic string, partitions int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := k.Client(t)
+	if err := createTopic(ctx, k.Client(t), topic, partitions); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+}
+
+// createTopic creates topic with cl, ignoring "already exists".
+func createTopic(ctx context.Context, cl *kgo.Client, topic string, partitions int) error {
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
 	rt.Topic = topic
@@ -278,13 +286,14 @@ func (k *KafkaBroker) CreateTopic(t testing.TB, topic string, partitions int) {
 	req.TimeoutMillis = 10000
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		t.Fatalf("testenv: create topic %s: %v", topic, err)
+		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
 	for _, tr := range resp.Topics {
 		if err := kerr.ErrorForCode(tr.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			t.Fatalf("testenv: create topic %s: %v", topic, err)
+			return fmt.Errorf("create topic %s: %w", topic, err)
 		}
 	}
+	return nil
 }
 
 // SetBrokerConfig changes a broker config while the broker runs, the way
@@ -486,4 +495,451 @@ func (k *KafkaBroker) records(ctx context.Context, topic string) ([]*kgo.Record,
 		out = append(out, byPart[p]...)
 	}
 	return out, nil
+}
+
+// KafkaBrokers is a kfake cluster of several brokers on stable loopback
+// ports whose listeners a test can break the ways a production broker
+// fails, while the cluster itself (topics, records, leaders) lives on:
+//
+//   - Down: the broker's port is closed and its connections are cut, as
+//     when a broker process dies; it stays the leader of its partitions
+//     (no failover), so writes to them fail until Up listens again on the
+//     same port.
+//   - Hang: connections stay open and new ones are accepted, but nothing
+//     is read or answered, as with a broker stuck in a long GC pause or on
+//     a dead disk; on Release everything it received is processed and
+//     answered (requests whose client gave up meanwhile are still applied).
+//   - MoveLeader: leadership of a partition moves to another broker; the
+//     old leader answers NOT_LEADER_OR_FOLLOWER.
+//   - FailProduces: produce requests are applied and then answered with an
+//     error such as REQUEST_TIMED_OUT (a write whose outcome the client
+//     cannot know).
+//
+// The cluster keeps its log in memory and lives until the test ends.
+type KafkaBrokers struct {
+	c     *kfake.Cluster
+	ports []int // ports[i] is the port of node i
+	lns   []*faultListener
+}
+
+// KafkaCluster starts a kfake cluster of n brokers (node IDs 0 to n-1) for
+// the test and closes it on cleanup.
+func KafkaCluster(t testing.TB, n int) *KafkaBrokers {
+	t.Helper()
+	k := &KafkaBrokers{}
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		if err = k.start(n); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("testenv: start a kfake cluster of %d brokers: %v", n, err)
+	}
+	t.Cleanup(func() {
+		k.c.Close()
+		for _, l := range k.lns {
+			l.closeConns()
+		}
+	})
+	return k
+}
+
+func (k *KafkaBrokers) start(n int) error {
+	k.ports, k.lns = make([]int, n), make([]*faultListener, n)
+	byAddr := map[string]*faultListener{}
+	for i := range k.ports {
+		p, err := stablePort()
+		if err != nil {
+			return err
+		}
+		k.ports[i] = p
+		k.lns[i] = &faultListener{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), changed: make(chan struct{})}
+		byAddr[k.lns[i].addr] = k.lns[i]
+	}
+	c, err := kfake.NewCluster(
+		kfake.Ports(k.ports...),
+		kfake.ClusterID("edgepipe-test"),
+		kfake.DefaultNumPartitions(KafkaDefaultPartitions),
+		kfake.ListenFn(func(network, addr string) (net.Listener, error) {
+			l := byAddr[addr]
+			if l == nil {
+				return nil, fmt.Errorf("no fault listener for %s", addr)
+			}
+			return l, l.listen(network)
+		}),
+	)
+	if err != nil {
+		return err
+	}
+	k.c = c
+	return nil
+}
+
+// Brokers returns the brokers' host:port, by node ID.
+func (k *KafkaBrokers) Brokers() []string {
+	out := make([]string, len(k.lns))
+	for i, l := range k.lns {
+		out[i] = l.addr
+	}
+	return out
+}
+
+// BrokerList returns Brokers joined by commas (a bootstrap list).
+func (k *KafkaBrokers) BrokerList() string { return strings.Join(k.Brokers(), ",") }
+
+// CreateTopic creates topic with partitions spread over the brokers,
+// failing the test on any error other than "already exists".
+func (k *KafkaBrokers) CreateTopic(t testing.TB, topic string, partitions int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.DialTimeout(2*time.Second))
+	if err != nil {
+		t.Fatalf("testenv: kafka client: %v", err)
+	}
+	defer cl.Close()
+	if err := createTopic(ctx, cl, topic, partitions); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+}
+
+// Leader returns the node leading a partition (-1 when it does not exist).
+func (k *KafkaBrokers) Leader(topic string, partition int32) int32 {
+	return k.c.LeaderFor(topic, partition)
+}
+
+// MoveLeader makes node the leader of a partition.
+func (k *KafkaBrokers) MoveLeader(topic string, partition, node int32) error {
+	if err := k.c.MoveTopicPartition(topic, partition, node); err != nil {
+		return fmt.Errorf("testenv: moving the leader of %s/%d to node %d: %w", topic, partition, node, err)
+	}
+	return nil
+}
+
+// Down closes node's port and cuts its connections until Up.
+func (k *KafkaBrokers) Down(node int32) { k.lns[node].down() }
+
+// Up listens on node's port again after Down, retrying for up to 10
+// seconds while the port is still in use.
+func (k *KafkaBrokers) Up(node int32) error { return k.lns[node].up() }
+
+// Hang stops node from reading or answering anything until Release.
+func (k *KafkaBrokers) Hang(node int32) { k.lns[node].setHung(true) }
+
+// Release ends a Hang: the node processes what it received meanwhile.
+func (k *KafkaBrokers) Release(node int32) { k.lns[node].setHung(false) }
+
+// FailProduces makes the next n produce requests for topic (any partition,
+// any broker) be applied and then answered with code, e.g.
+// kerr.RequestTimedOut: the records are in the log but the client is told
+// the write failed. It returns a function reporting how many requests it
+// has answered so far.
+func (k *KafkaBrokers) FailProduces(topic string, code *kerr.Error, n int) func() int {
+	h := k.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: code, Count: n})
+	return h.Hits
+}
+
+// EndOffsets returns the high watermark of every partition of topic whose
+// leader answers within timeout: a hung or closed leader's partitions are
+// missing from the map rather than delaying the others.
+func (k *KafkaBrokers) EndOffsets(ctx context.Context, topic string, timeout time.Duration) (map[int32]int64, error) {
+	var leaders map[int32][]int32 // node → partitions
+	var lastErr error
+	for _, addr := range k.Brokers() {
+		if leaders, lastErr = partitionLeaders(ctx, addr, topic, timeout); lastErr == nil {
+			break
+		}
+	}
+	if leaders == nil {
+		return nil, lastErr
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		ends = map[int32]int64{}
+	)
+	for node, parts := range leaders {
+		if node < 0 || int(node) >= len(k.lns) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := listEndOffsets(ctx, k.lns[node].addr, topic, parts, timeout)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			maps.Copy(ends, got)
+		}()
+	}
+	wg.Wait()
+	return ends, nil
+}
+
+// KcatConsume runs KcatConsume against every broker of the cluster.
+func (k *KafkaBrokers) KcatConsume(t testing.TB, topic string) []KcatMessage {
+	t.Helper()
+	return KcatConsume(t, k.BrokerList(), topic)
+}
+
+// seedRequest sends req to the broker at addr only (not to the cluster's
+// leaders), within timeout.
+func seedRequest(ctx context.Context, addr string, timeout time.Duration, req kmsg.Request) (kmsg.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DialTimeout(timeout), kgo.RequestRetries(0))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	seeds := cl.SeedBrokers()
+	if len(seeds) == 0 {
+		return nil, fmt.Errorf("no seed broker for %s", addr)
+	}
+	return seeds[0].Request(ctx, req)
+}
+
+// partitionLeaders asks the broker at addr which node leads each
+// partition of topic.
+func partitionLeaders(ctx context.Context, addr, topic string, timeout time.Duration) (map[int32][]int32, error) {
+	req := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, mt)
+	resp, err := seedRequest(ctx, addr, timeout, req)
+	if err != nil {
+		return nil, fmt.Errorf("metadata from %s: %w", addr, err)
+	}
+	out := map[int32][]int32{}
+	for _, t := range resp.(*kmsg.MetadataResponse).Topics {
+		if err := kerr.ErrorForCode(t.ErrorCode); err != nil {
+			return nil, fmt.Errorf("metadata of %s from %s: %w", topic, addr, err)
+		}
+		for _, p := range t.Partitions {
+			out[p.Leader] = append(out[p.Leader], p.Partition)
+		}
+	}
+	return out, nil
+}
+
+// listEndOffsets asks the broker at addr for the high watermarks of
+// partitions of topic it leads.
+func listEndOffsets(ctx context.Context, addr, topic string, partitions []int32, timeout time.Duration) (map[int32]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	lt := kmsg.NewListOffsetsRequestTopic()
+	lt.Topic = topic
+	for _, p := range partitions {
+		lp := kmsg.NewListOffsetsRequestTopicPartition()
+		lp.Partition = p
+		lp.Timestamp = -1 // latest
+		lt.Partitions = append(lt.Partitions, lp)
+	}
+	req.Topics = append(req.Topics, lt)
+	resp, err := seedRequest(ctx, addr, timeout, req)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	for _, rt := range resp.(*kmsg.ListOffsetsResponse).Topics {
+		for _, rp := range rt.Partitions {
+			if kerr.ErrorForCode(rp.ErrorCode) == nil {
+				out[rp.Partition] = rp.Offset
+			}
+		}
+	}
+	return out, nil
+}
+
+// faultListener is one broker's listener: kfake accepts from it, and the
+// test closes, reopens and hangs it.
+type faultListener struct {
+	addr string
+
+	mu      sync.Mutex
+	ln      net.Listener // nil while down
+	network string
+	hung    bool
+	closed  bool                    // closed for good (the cluster closed)
+	changed chan struct{}           // closed and replaced at every change
+	conns   map[*faultConn]struct{} // open accepted connections
+}
+
+func (l *faultListener) listen(network string) error {
+	ln, err := net.Listen(network, l.addr)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ln, l.network = ln, network
+	return nil
+}
+
+// notify wakes everything waiting for a change. Callers hold l.mu.
+func (l *faultListener) notify() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// Accept returns the next connection; while the broker is down it waits
+// for Up instead of failing (kfake stops accepting for good on an error).
+func (l *faultListener) Accept() (net.Conn, error) {
+	for {
+		l.mu.Lock()
+		ln, changed, closed := l.ln, l.changed, l.closed
+		l.mu.Unlock()
+		if closed {
+			return nil, net.ErrClosed
+		}
+		if ln == nil {
+			<-changed
+			continue
+		}
+		c, err := ln.Accept()
+		if err != nil {
+			l.mu.Lock()
+			replaced := l.ln != ln || l.closed
+			l.mu.Unlock()
+			if replaced {
+				continue // closed by down or Close: look again
+			}
+			return nil, err
+		}
+		fc := &faultConn{Conn: c, l: l}
+		l.mu.Lock()
+		if l.ln != ln { // went down meanwhile
+			l.mu.Unlock()
+			c.Close()
+			continue
+		}
+		if l.conns == nil {
+			l.conns = map[*faultConn]struct{}{}
+		}
+		l.conns[fc] = struct{}{}
+		l.mu.Unlock()
+		return fc, nil
+	}
+}
+
+// Close ends the listener for good (kfake's Close).
+func (l *faultListener) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	var err error
+	if l.ln != nil {
+		err = l.ln.Close()
+		l.ln = nil
+	}
+	l.hung = false
+	l.notify()
+	return err
+}
+
+// Addr is the broker's address, also while it is down.
+func (l *faultListener) Addr() net.Addr {
+	a, _ := net.ResolveTCPAddr("tcp", l.addr)
+	return a
+}
+
+func (l *faultListener) down() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln != nil {
+		l.ln.Close()
+		l.ln = nil
+	}
+	for c := range l.conns {
+		c.Conn.Close()
+	}
+	l.conns = nil
+	l.notify()
+}
+
+func (l *faultListener) up() error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l.mu.Lock()
+		if l.ln != nil || l.closed {
+			l.mu.Unlock()
+			return nil
+		}
+		ln, err := net.Listen(l.network, l.addr)
+		if err == nil {
+			l.ln = ln
+			l.notify()
+			l.mu.Unlock()
+			return nil
+		}
+		l.mu.Unlock()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testenv: listening again on %s: %w", l.addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (l *faultListener) setHung(hung bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hung = hung
+	l.notify()
+}
+
+// wait blocks while the broker hangs.
+func (l *faultListener) wait() {
+	for {
+		l.mu.Lock()
+		hung, changed := l.hung, l.changed
+		l.mu.Unlock()
+		if !hung {
+			return
+		}
+		<-changed
+	}
+}
+
+func (l *faultListener) closeConns() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := range l.conns {
+		c.Conn.Close()
+	}
+	l.conns = nil
+}
+
+func (l *faultListener) forget(c *faultConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.conns, c)
+}
+
+// faultConn is an accepted connection that stops reading and writing while
+// its broker hangs: bytes read just before a hang are held until Release.
+type faultConn struct {
+	net.Conn
+	l *faultListener
+}
+
+func (c *faultConn) Read(p []byte) (int, error) {
+	c.l.wait()
+	n, err := c.Conn.Read(p)
+	c.l.wait()
+	return n, err
+}
+
+func (c *faultConn) Write(p []byte) (int, error) {
+	c.l.wait()
+	return c.Conn.Write(p)
+}
+
+func (c *faultConn) Close() error {
+	c.l.forget(c)
+	return c.Conn.Close()
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -197,4 +199,145 @@ func TestKafkaBrokerConfigsLimitMessageSize(t *testing.T) {
 	if n := len(k.Records(t, topic)); n != 2 {
 		t.Fatalf("%d records, want 2", n)
 	}
+}
+
+// TestKafkaClusterFaults checks each fault of KafkaBrokers as kafka-go (the
+// receiver's client) sees it, and that kcat reads the cluster.
+func TestKafkaClusterFaults(t *testing.T) {
+	t.Parallel()
+	k := KafkaCluster(t, 3)
+	const topic = "faults"
+	k.CreateTopic(t, topic, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Partition p led by node p, for a known layout.
+	for p := range int32(3) {
+		if err := k.MoveLeader(topic, p, p); err != nil {
+			t.Fatal(err)
+		}
+		if got := k.Leader(topic, p); got != p {
+			t.Fatalf("leader of %d is %d after the move", p, got)
+		}
+	}
+	dial := func(node int32, p int) (*kafkago.Conn, error) {
+		d := &kafkago.Dialer{Timeout: time.Second}
+		c, err := d.DialContext(ctx, "tcp", k.Brokers()[node])
+		if err != nil {
+			return nil, err
+		}
+		c.Close()
+		return d.DialPartition(ctx, "tcp", "", kafkago.Partition{Topic: topic, ID: p, Leader: kafkago.Broker{Host: "127.0.0.1", Port: mustPort(t, k.Brokers()[node]), ID: int(node)}})
+	}
+	write := func(node int32, p int, v string) error {
+		c, err := dial(node, p)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		_, err = c.WriteMessages(kafkago.Message{Value: []byte(v)})
+		return err
+	}
+	if err := write(0, 0, "a"); err != nil {
+		t.Fatalf("write to the leader: %v", err)
+	}
+	if err := write(1, 0, "x"); !errors.Is(err, kafkago.NotLeaderForPartition) {
+		t.Fatalf("write to a follower: %v, want NOT_LEADER_FOR_PARTITION", err)
+	}
+
+	// Down: refused at once, the others answer, Up on the same port.
+	k.Down(1)
+	start := time.Now()
+	if err := write(1, 1, "b"); err == nil {
+		t.Fatal("write to a broker that is down succeeded")
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("a write to a broker that is down took %s to fail, want a refusal", d)
+	}
+	ends, err := k.EndOffsets(ctx, topic, time.Second)
+	if err != nil || ends[0] != 1 || len(ends) != 2 {
+		t.Fatalf("end offsets while node 1 is down: %v %v, want partitions 0 and 2 only", ends, err)
+	}
+	if err := k.Up(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(1, 1, "b"); err != nil {
+		t.Fatalf("write after Up: %v", err)
+	}
+
+	// Hang: the connection opens, nothing is answered; on Release the
+	// abandoned write is applied.
+	c, err := dial(2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReadPartitions(topic); err != nil { // loads the API versions before the hang: the produce request is sent
+		t.Fatal(err)
+	}
+	k.Hang(2)
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.WriteMessages(kafkago.Message{Value: []byte("c")}); err == nil || !isTimeout(err) {
+		t.Fatalf("write to a hung broker: %v, want a timeout", err)
+	}
+	c.Close()
+	if _, err := dial(2, 2); err != nil {
+		t.Fatalf("dialing a hung broker: %v, want the connection accepted", err)
+	}
+	if err := write(2, 2, "never"); err == nil || !isTimeout(err) {
+		t.Fatalf("write on a new connection to a hung broker: %v, want a timeout", err)
+	}
+	k.Release(2)
+	waitEnd := func(p int32, want int64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ends, err := k.EndOffsets(ctx, topic, time.Second)
+			if err == nil && ends[p] == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("partition %d: end offsets %v (%v), want %d", p, ends, err, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitEnd(2, 1)
+
+	// REQUEST_TIMED_OUT after the append.
+	hits := k.FailProduces(topic, kerr.RequestTimedOut, 1)
+	if err := write(0, 0, "d"); !errors.Is(err, kafkago.RequestTimedOut) {
+		t.Fatalf("write with a timed-out append: %v, want REQUEST_TIMED_OUT", err)
+	}
+	if hits() != 1 {
+		t.Fatalf("fault answered %d requests", hits())
+	}
+	waitEnd(0, 2)
+
+	msgs := k.KcatConsume(t, topic)
+	var got []string
+	for _, m := range msgs {
+		got = append(got, fmt.Sprintf("%d:%s", m.Partition, *m.Payload))
+	}
+	slices.Sort(got)
+	if want := []string{"0:a", "0:d", "1:b", "2:c"}; !slices.Equal(got, want) {
+		t.Fatalf("kcat read %v, want %v", got, want)
+	}
+}
+
+func mustPort(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -1,8 +1,11 @@
 // Package delivery moves spooled access-log batches into the receiver's
-// sinks (Kafka, ClickHouse) with end-to-end acknowledgement: one Worker per
+// sinks (Kafka, ClickHouse) with end-to-end acknowledgement: one worker per
 // sink reads the spool from the sink's own cursor and commits the cursor only
-// after the sink acknowledged. Sinks implement the small contract defined
-// here (Sink, and optionally Preparer); they never import the HTTP ingest.
+// after the sink acknowledged. A Worker delivers group after group (the
+// ClickHouse sink); a PartitionWorker delivers every partition of a
+// Partitioned sink on its own (the Kafka sink). Sinks implement the small
+// contract defined here (Sink, and optionally Preparer or Partitioned); they
+// never import the HTTP ingest.
 //
 // The contract has three outcomes (Vector's delivered / errored / rejected):
 // Deliver returns nil when every record was acknowledged; a *RejectedError
@@ -271,7 +274,7 @@ func (w *Worker) deliver(ctx context.Context, log *slog.Logger, g group) error {
 		log.Info("rtld: sink is delivering again", "failed_attempts", failed)
 	}
 	if len(rejected) > 0 {
-		if err := w.setAside(ctx, log, rejected); err != nil {
+		if err := setAside(ctx, log, w.DeadLetters, w.Name, w.MinBackoff, w.MaxBackoff, rejected); err != nil {
 			return err
 		}
 	}
@@ -284,11 +287,17 @@ func (w *Worker) deliver(ctx context.Context, log *slog.Logger, g group) error {
 // it succeeds or ctx ends: a failed commit (a disk error) must neither end
 // the process nor deliver the group again.
 func (w *Worker) commit(ctx context.Context, log *slog.Logger, p spool.Position) error {
+	return commit(ctx, log, w.Reader, w.MinBackoff, w.MaxBackoff, p)
+}
+
+// commit commits p on reader, retrying with backoff from minBackoff to
+// maxBackoff until it succeeds or ctx ends.
+func commit(ctx context.Context, log *slog.Logger, reader SpoolReader, minBackoff, maxBackoff time.Duration, p spool.Position) error {
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = w.MinBackoff
-	b.MaxInterval = w.MaxBackoff
+	b.InitialInterval = minBackoff
+	b.MaxInterval = maxBackoff
 	for attempt := 1; ; attempt++ {
-		err := w.Reader.Commit(p)
+		err := reader.Commit(p)
 		if err == nil {
 			if attempt > 1 {
 				log.Info("rtld: spool position committed again", "attempts", attempt)
@@ -298,12 +307,8 @@ func (w *Worker) commit(ctx context.Context, log *slog.Logger, p spool.Position)
 		wait := b.NextBackOff()
 		log.Error("rtld: cannot commit the spool position, retrying (the group is delivered and is not sent again)",
 			"attempt", attempt, "retry_in", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, wait) {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 }

@@ -222,29 +222,29 @@ func narrow(batches []*accesslog.Batch, refs []RecordRef) []*accesslog.Batch {
 	return out
 }
 
-// setAside hands the rejected records to the dead-letter store, retrying
-// with backoff until it succeeds or ctx ends, and logs them once per batch.
-func (w *Worker) setAside(ctx context.Context, log *slog.Logger, rejected []Rejection) error {
-	if w.DeadLetters == nil {
+// setAside hands the rejected records to the dead-letter store of sink
+// (nil: logs them only), retrying with backoff until it succeeds or ctx
+// ends, and logs them once per batch.
+func setAside(ctx context.Context, log *slog.Logger, store DeadLetters, sink string, minBackoff, maxBackoff time.Duration, rejected []Rejection) error {
+	if len(rejected) == 0 {
+		return nil
+	}
+	if store == nil {
 		logRejections(log, rejected, false)
 		return nil
 	}
 	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval = w.MinBackoff, w.MaxBackoff
+	b.InitialInterval, b.MaxInterval = minBackoff, maxBackoff
 	for {
-		err := w.DeadLetters.Add(w.Name, rejected)
+		err := store.Add(sink, rejected)
 		if err == nil {
 			logRejections(log, rejected, true)
 			return nil
 		}
 		wait := b.NextBackOff()
 		log.Error("rtld: cannot store dead letters, retrying", "records", len(rejected), "retry_in", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, wait) {
 			return ctx.Err()
-		case <-t.C:
 		}
 	}
 }

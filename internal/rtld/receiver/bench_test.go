@@ -3,14 +3,18 @@ package receiver_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -37,6 +41,7 @@ const (
 
 type benchLoad struct {
 	bodies  [][]byte
+	records int
 	wire    int64 // gzip bytes
 	decoded int64 // JSON bytes
 }
@@ -61,6 +66,7 @@ func makeLoad(b *testing.B, n int) benchLoad {
 			b.Fatal(err)
 		}
 		l.bodies = append(l.bodies, z.Bytes())
+		l.records += benchRecords
 		l.wire += int64(z.Len())
 	}
 	return l
@@ -103,6 +109,13 @@ func writeRecords(buf *bytes.Buffer, r *rand.Rand, n, i int) {
 func drive(b *testing.B, url string, l benchLoad, drained func() bool) {
 	b.Helper()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients}}
+	driveWith(b, client, benchClients, url, l, drained)
+}
+
+// driveWith is drive with a client and a number of posters; it returns the
+// rates it reported (records/s acknowledged, and until drained).
+func driveWith(b *testing.B, client *http.Client, clients int, url string, l benchLoad, drained func() bool) (acked, delivered float64) {
+	b.Helper()
 	work := make(chan []byte)
 	lat := make([]time.Duration, 0, len(l.bodies))
 	var mu sync.Mutex
@@ -110,7 +123,7 @@ func drive(b *testing.B, url string, l benchLoad, drained func() bool) {
 	b.ResetTimer()
 	cpu0 := processCPU(b)
 	start := time.Now()
-	for c := 0; c < benchClients; c++ {
+	for c := 0; c < clients; c++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -152,26 +165,30 @@ func drive(b *testing.B, url string, l benchLoad, drained func() bool) {
 	}
 	close(work)
 	wg.Wait()
-	acked := time.Since(start)
+	ackedIn := time.Since(start)
 	for !drained() {
 		time.Sleep(5 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
 	cpu := processCPU(b) - cpu0
 	b.StopTimer()
+	if len(lat) == 0 {
+		return 0, 0
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	p99 := lat[len(lat)*99/100]
-	records := float64(len(l.bodies) * benchRecords)
+	records := float64(l.records)
 	b.ReportMetric(records/elapsed.Seconds(), "records/s")
 	b.ReportMetric(float64(l.decoded)/elapsed.Seconds()/1e6, "MB/s")
 	b.ReportMetric(float64(l.wire)/elapsed.Seconds()/1e6, "gzipMB/s")
-	b.ReportMetric(records/acked.Seconds(), "acked-records/s")
+	b.ReportMetric(records/ackedIn.Seconds(), "acked-records/s")
 	b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ack-ms")
-	// CPU of this process (clients, receiver, in-process kfake; not the
-	// ClickHouse server) per record: unlike the rates, it hardly moves when
-	// other work shares the machine.
+	// CPU of this process (clients, in-process servers; not the ClickHouse
+	// server) per record: unlike the rates, it hardly moves when other
+	// work shares the machine.
 	b.ReportMetric(float64(cpu.Microseconds())/records, "cpu-us/record")
 	b.ReportMetric(0, "ns/op")
+	return records / ackedIn.Seconds(), records / elapsed.Seconds()
 }
 
 // BenchmarkIngest compares, on the same load in the same run:
@@ -189,18 +206,7 @@ func drive(b *testing.B, url string, l benchLoad, drained func() bool) {
 func BenchmarkIngest(b *testing.B) {
 	b.Run("bare", func(b *testing.B) {
 		l := makeLoad(b, b.N)
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			zr, err := kgzip.NewReader(r.Body)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			if _, err := accesslog.Decode("env", zr); err != nil {
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return
-			}
-			w.Write([]byte(`{"status":"accepted"}`))
-		}))
+		srv := httptest.NewServer(http.HandlerFunc(bareHandler))
 		defer srv.Close()
 		drive(b, srv.URL+"/ingest/env", l, func() bool { return true })
 	})
@@ -262,4 +268,160 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatalf("getrusage: %v", err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// bareRate is the bare server's rate of the last BenchmarkIngestHTTPS/bare
+// run, for the receiver's ratio.
+var bareRate float64
+
+// BenchmarkIngestHTTPS is the receiver's throughput check: benchClients
+// posters of benchRecords-record batches over https, against
+//   - bare: an https server in this process that only gunzips and decodes
+//     each batch (accesslog.Decode), the most a receiver could do;
+//   - receiver: the rtld-receiver binary as a process with its default
+//     settings, durability on (fsync before every answer) and both sinks
+//     (kfake in this process, ClickHouse 18.16), timed until both sinks
+//     acknowledged every record.
+//
+// The receiver reports, besides drive's rates, ack-ratio and ratio: its
+// acknowledged and its fully delivered rate over bare's (run bare first, in
+// the same invocation), peak-rss-MiB: the process's peak resident memory
+// (VmHWM), and rcv-cpu-us/record: the receiver process's CPU per record.
+//
+// Run: go test -run '^$' -bench 'IngestHTTPS' -benchtime 300x ./internal/rtld/receiver/
+func BenchmarkIngestHTTPS(b *testing.B) {
+	cert := newTestCert(b)
+	client := func() *http.Client {
+		return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients, TLSClientConfig: &tls.Config{RootCAs: cert.pool}}}
+	}
+	b.Run("bare", func(b *testing.B) {
+		l := makeLoad(b, b.N)
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(bareHandler))
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert.tls}}
+		srv.StartTLS()
+		defer srv.Close()
+		bareRate, _ = driveWith(b, client(), benchClients, srv.URL+"/ingest/env", l, func() bool { return true })
+	})
+	b.Run("receiver", func(b *testing.B) {
+		l := makeLoad(b, b.N)
+		rcv := startBenchReceiver(b, cert)
+		acked, delivered := driveWith(b, client(), benchClients, rcv.base+"/ingest/env", l, rcv.drained(client()))
+		rcv.report(b, l.records)
+		if bareRate > 0 {
+			b.ReportMetric(acked/bareRate, "ack-ratio")
+			b.ReportMetric(delivered/bareRate, "ratio")
+		}
+	})
+}
+
+// BenchmarkIngestBigBatches posts b.N batches of about 29 MB (decoded; the
+// default --ingest.max-decoded-bytes is 32 MiB) with 16 clients at once to
+// the receiver binary with both sinks and its default settings, and
+// reports the process's peak resident memory: --ingest.max-memory-bytes
+// bounds the request bodies, the rest is the sinks' and the runtime's.
+//
+// Run: go test -run '^$' -bench 'IngestBigBatches' -benchtime 16x ./internal/rtld/receiver/
+func BenchmarkIngestBigBatches(b *testing.B) {
+	const records = 14_000 // of about 2 KB
+	cert := newTestCert(b)
+	r := rand.New(rand.NewPCG(3, 4))
+	var l benchLoad
+	var buf bytes.Buffer
+	for i := 0; i < b.N; i++ {
+		buf.Reset()
+		fmt.Fprintf(&buf, `{"account_number":"ACME","agent_id":"big-%d","datestamp":"20261123","platform":"delivery","profile_id":1,"seq_num":%d,"logs":[`, i%16, i/16)
+		writeRecords(&buf, r, records, i)
+		buf.WriteString("]}")
+		var z bytes.Buffer
+		w := kgzip.NewWriter(&z)
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			b.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			b.Fatal(err)
+		}
+		l.bodies = append(l.bodies, z.Bytes())
+		l.records += records
+		l.decoded += int64(buf.Len())
+		l.wire += int64(z.Len())
+	}
+	b.Logf("%d batches of %.1f MB (%.1f MB gzipped)", b.N, float64(l.decoded)/float64(b.N)/1e6, float64(l.wire)/float64(b.N)/1e6)
+	rcv := startBenchReceiver(b, cert)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, TLSClientConfig: &tls.Config{RootCAs: cert.pool}}}
+	driveWith(b, client, 16, rcv.base+"/ingest/env", l, rcv.drained(client))
+	rcv.report(b, l.records)
+}
+
+func bareHandler(w http.ResponseWriter, r *http.Request) {
+	zr, err := kgzip.NewReader(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if _, err := accesslog.Decode("env", zr); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	_, _ = w.Write([]byte(`{"status":"accepted"}`))
+}
+
+// benchReceiver is the receiver binary under a benchmark.
+type benchReceiver struct {
+	p    *receiverProcess
+	base string
+	cpu0 time.Duration
+}
+
+// startBenchReceiver starts the receiver binary over https with its
+// default settings and both sinks: kfake in this process (a topic of 6
+// partitions) and ClickHouse.
+func startBenchReceiver(b *testing.B, cert testCert) *benchReceiver {
+	b.Helper()
+	kafka := testenv.Kafka(b)
+	kafka.CreateTopic(b, "bench", 6)
+	ch := testenv.ClickHouse(b)
+	addr := testenv.FreeAddr(b)
+	p := startReceiver(b, []string{
+		"--no-register", "--web.listen-address=" + addr, "--web.config.file=" + cert.webConfig(b), "--log.level=warn",
+		"--kafka.brokers=" + kafka.Addr(), "--kafka.topic=bench", "--clickhouse.dsn=" + ch.DSN(ch.NewDatabase(b)),
+		"--spool.dir=" + filepath.Join(b.TempDir(), "spool"),
+	}, []string{"EDGEPIPE_RTLD_USERNAME=bench", "EDGEPIPE_RTLD_PASSWORD=bench"})
+	rcv := &benchReceiver{p: p, base: "https://" + addr}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cert.pool}}, Timeout: 5 * time.Second}
+	waitReady(b, client, rcv.base)
+	rcv.cpu0 = procCPU(b, p)
+	return rcv
+}
+
+// drained reports whether both sinks acknowledged everything spooled.
+func (r *benchReceiver) drained(client *http.Client) func() bool {
+	return func() bool {
+		for _, sink := range []string{"kafka", "clickhouse"} {
+			if scrape(client, r.base+"/metrics", `edgepipe_rtld_sink_lag_entries{sink="`+sink+`"}`) != 0 {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// report reports the receiver process's peak RSS and CPU per record.
+func (r *benchReceiver) report(b *testing.B, records int) {
+	b.ReportMetric(float64(procStatusKB(b, r.p, "VmHWM"))/1024, "peak-rss-MiB")
+	b.ReportMetric(float64((procCPU(b, r.p)-r.cpu0).Microseconds())/float64(records), "rcv-cpu-us/record")
+}
+
+// procCPU returns the user+system CPU time a child process has used.
+func procCPU(b testing.TB, p *receiverProcess) time.Duration {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		b.Fatalf("reading the receiver's CPU time: %v", err)
+	}
+	// Fields after the command name (which may hold spaces): state is 3,
+	// utime 14, stime 15, in clock ticks of 1/100 s.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }

@@ -116,7 +116,7 @@ func post(client *http.Client, url string, body []byte) (answer, error) {
 }
 
 // procStatusKB returns a field of /proc/<pid>/status in KiB (VmHWM, VmRSS).
-func procStatusKB(t *testing.T, p *receiverProcess, field string) int64 {
+func procStatusKB(t testing.TB, p *receiverProcess, field string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {

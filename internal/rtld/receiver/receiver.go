@@ -87,6 +87,39 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Memory the receiver's parts may hold besides request bodies, for
+// MemoryLimit: batches waiting for Kafka partitions with their messages
+// (twice delivery.DefaultMaxPendingBytes), the ClickHouse sink's INSERT in
+// delivery (batches, columns, the driver's copy and its encoding) and the
+// next one built (six times its 32 MiB of batches), and the runtime, the
+// spool, the gap tracker and TLS.
+const (
+	kafkaMemory      = 2 * delivery.DefaultMaxPendingBytes
+	clickhouseMemory = 6 * clickhouseGroupBytes
+	baseMemory       = 96 << 20
+)
+
+// MemoryLimit returns the soft memory limit the receiver should run with
+// (Go's GOMEMLIMIT; the program sets it unless GOMEMLIMIT is set): request
+// bodies in flight (Ingest.MaxMemoryBytes) plus what the configured sinks
+// hold plus the rest, so that the collector keeps the heap near what the
+// settings let the receiver hold instead of letting it grow to twice what
+// is live (544 MiB with both sinks and the default settings).
+func (c Config) MemoryLimit() int64 {
+	n := c.Ingest.WithDefaults().MaxMemoryBytes + baseMemory
+	if c.Kafka != nil {
+		n += kafkaMemory
+	}
+	if c.ClickHouse != nil {
+		n += clickhouseMemory
+	}
+	return n
+}
+
+// clickhouseGroupBytes is the most the ClickHouse sink's worker reads for
+// one INSERT.
+const clickhouseGroupBytes = 32 << 20
+
 // Receiver is the assembled receiver. Create it with New, serve Handler,
 // and call Run once; Run closes everything when its context ends.
 type Receiver struct {
@@ -424,11 +457,18 @@ func (r *Receiver) Run(ctx context.Context) error {
 			cancel()
 			return err
 		}
+		if ps, ok := sink.(delivery.Partitioned); ok {
+			// Kafka: every partition on its own.
+			w := &delivery.PartitionWorker{Name: name, Sink: ps, Reader: reader, DeadLetters: r.dead, Metrics: r.delivered, Log: r.log,
+				MarksFile: filepath.Join(r.cfg.SpoolDir, "partitions-"+name+".state")}
+			start(name+" worker", w.Run)
+			continue
+		}
 		w := &delivery.Worker{Name: name, Sink: sink, Reader: reader, DeadLetters: r.dead, Metrics: r.delivered, Log: r.log}
 		if name == SinkClickHouse {
 			// ClickHouse wants few large INSERTs (each one is a part to
 			// merge): up to 32 MiB of JSON (~16k records of 2 KB) at once.
-			w.MaxBatches, w.MaxBytes = 1024, 32<<20
+			w.MaxBatches, w.MaxBytes = 1024, clickhouseGroupBytes
 		}
 		start(name+" worker", w.Run)
 	}

@@ -198,43 +198,17 @@ type readOpts struct {
 	alloc   bool
 	scratch *[]byte
 	// keep > 0 keeps only the payload's first keep bytes; the rest is
-	// still read and checked, in pieces.
-	keep int64
+	// still read and checked, in pieces (in *pieces when set, reused).
+	keep   int64
+	pieces *[]byte
 }
 
 // readFrame decodes the entry at off, which must end by limit. next is
 // the index a version 1 entry at off has (version 1 stores none).
 func (sf *segmentFile) readFrame(off, limit int64, next uint64, o readOpts) (frame, error) {
-	var h [entryHeaderLen]byte
-	var n, end, dataAt int64
-	var crc uint32
-	fr := frame{index: next}
-	if sf.version == 1 {
-		if limit-off < v1HeaderSize {
-			return frame{}, errShort
-		}
-		if _, err := sf.r.ReadAt(h[:v1HeaderSize], off); err != nil {
-			return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
-		}
-		n = int64(binary.LittleEndian.Uint32(h[0:4]))
-		end, dataAt = off+v1HeaderSize+n, off+v1HeaderSize
-		fr.time = int64(binary.LittleEndian.Uint64(h[8:16]))
-		crc = crc32.Checksum(h[8:16], castagnoli)
-	} else {
-		if limit-off < entryOverhead {
-			return frame{}, errShort
-		}
-		if _, err := sf.r.ReadAt(h[:], off); err != nil {
-			return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
-		}
-		var ok bool
-		if fr.index, fr.time, n, crc, ok = entryHeader(h[:]); !ok {
-			return frame{}, errDamaged
-		}
-		end, dataAt = off+entryHeaderLen+n+entryTrailer, off+entryHeaderLen
-	}
-	if end > limit {
-		return frame{}, errShort
+	fr, h, n, dataAt, crc, err := sf.readHeader(off, limit, next)
+	if err != nil {
+		return frame{}, err
 	}
 	keep := n
 	if o.keep > 0 {
@@ -257,14 +231,8 @@ func (sf *segmentFile) readFrame(off, limit int64, next uint64, o readOpts) (fra
 	crc = crc32.Update(crc, castagnoli, buf[:keep])
 	if keep < n {
 		// The rest, in pieces, only for the checksum.
-		piece := make([]byte, min(n-keep+trailer, 1<<20))
-		for at, rest := dataAt+keep, n-keep; rest > 0; {
-			p := piece[:min(rest, int64(len(piece)))]
-			if _, err := sf.r.ReadAt(p, at); err != nil {
-				return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
-			}
-			crc = crc32.Update(crc, castagnoli, p)
-			at, rest = at+int64(len(p)), rest-int64(len(p))
+		if crc, err = sf.checkRest(crc, dataAt+keep, n-keep, o.pieces); err != nil {
+			return frame{}, fmt.Errorf("reading spool entry at %d: %w", off, err)
 		}
 		if trailer > 0 {
 			if _, err := sf.r.ReadAt(h[:trailer], dataAt+n); err != nil {
@@ -281,8 +249,67 @@ func (sf *segmentFile) readFrame(off, limit int64, next uint64, o readOpts) (fra
 	if crc != want {
 		return frame{}, errDamaged
 	}
-	fr.end, fr.data = end, buf[:keep:keep]
+	fr.data = buf[:keep:keep]
 	return fr, nil
+}
+
+// readHeader reads the header of the entry at off, which must end by
+// limit: the frame so far (index, time, end), the header bytes, the
+// payload's length and offset, and the checksum of the header part it
+// covers.
+func (sf *segmentFile) readHeader(off, limit int64, next uint64) (fr frame, h [entryHeaderLen]byte, n, dataAt int64, crc uint32, err error) {
+	fr.index = next
+	if sf.version == 1 {
+		if limit-off < v1HeaderSize {
+			return fr, h, 0, 0, 0, errShort
+		}
+		if _, err := sf.r.ReadAt(h[:v1HeaderSize], off); err != nil {
+			return fr, h, 0, 0, 0, fmt.Errorf("reading spool entry at %d: %w", off, err)
+		}
+		n = int64(binary.LittleEndian.Uint32(h[0:4]))
+		fr.end, dataAt = off+v1HeaderSize+n, off+v1HeaderSize
+		fr.time = int64(binary.LittleEndian.Uint64(h[8:16]))
+		crc = crc32.Checksum(h[8:16], castagnoli)
+	} else {
+		if limit-off < entryOverhead {
+			return fr, h, 0, 0, 0, errShort
+		}
+		if _, err := sf.r.ReadAt(h[:], off); err != nil {
+			return fr, h, 0, 0, 0, fmt.Errorf("reading spool entry at %d: %w", off, err)
+		}
+		var ok bool
+		if fr.index, fr.time, n, crc, ok = entryHeader(h[:]); !ok {
+			return fr, h, 0, 0, 0, errDamaged
+		}
+		fr.end, dataAt = off+entryHeaderLen+n+entryTrailer, off+entryHeaderLen
+	}
+	if fr.end > limit {
+		return fr, h, 0, 0, 0, errShort
+	}
+	return fr, h, n, dataAt, crc, nil
+}
+
+// checkRest continues crc over the n bytes at at, read in pieces of at
+// most 1 MiB (in *pieces when set, reused).
+func (sf *segmentFile) checkRest(crc uint32, at, n int64, pieces *[]byte) (uint32, error) {
+	var piece []byte
+	if pieces != nil {
+		if len(*pieces) < 1<<20 {
+			*pieces = make([]byte, 1<<20)
+		}
+		piece = *pieces
+	} else {
+		piece = make([]byte, min(n, 1<<20))
+	}
+	for n > 0 {
+		p := piece[:min(n, int64(len(piece)))]
+		if _, err := sf.r.ReadAt(p, at); err != nil {
+			return 0, err
+		}
+		crc = crc32.Update(crc, castagnoli, p)
+		at, n = at+int64(len(p)), n-int64(len(p))
+	}
+	return crc, nil
 }
 
 func payloadBuf(n int64, o readOpts) []byte {

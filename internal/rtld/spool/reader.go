@@ -21,6 +21,7 @@ type Reader struct {
 	read      Position // next entry to hand out; reader goroutine only
 	file      *os.File
 	fileSeg   uint64
+	pieces    []byte // reused to check the rest of entries read in prefixes
 }
 
 // Reader returns the reader named in Options.Readers.
@@ -127,13 +128,32 @@ func (r *Reader) next(ctx context.Context, maxEntries int, maxBytes, keep int64)
 	// Hold no segment open between calls: a deleted segment's space is
 	// freed only when its last descriptor closes.
 	defer r.closeFile()
+	for {
+		out, wait, err := r.fill(maxEntries, maxBytes, keep)
+		if len(out) > 0 || err != nil {
+			return out, err
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-r.s.stop:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// fill reads what is available after r.read, up to maxEntries and about
+// maxBytes; with nothing available it returns the channel that signals the
+// next append.
+func (r *Reader) fill(maxEntries int, maxBytes, keep int64) ([]Entry, <-chan struct{}, error) {
 	var out []Entry
 	var total int64
 	for {
 		r.s.mu.Lock()
 		if r.s.closed {
 			r.s.mu.Unlock()
-			return nil, ErrClosed
+			return nil, nil, ErrClosed
 		}
 		wait := r.s.notify
 		seg := r.s.segmentAt(r.read)
@@ -154,7 +174,7 @@ func (r *Reader) next(ctx context.Context, maxEntries int, maxBytes, keep int64)
 			entries, err := r.readSegment(&s, damaged, maxEntries-len(out), maxBytes-total, keep, len(out) > 0)
 			if err != nil || (len(entries) == 0 && len(out) > 0) {
 				// An error, or the next entry would pass maxBytes.
-				return append(out, entries...), err
+				return append(out, entries...), nil, err
 			}
 			out = append(out, entries...)
 			for _, e := range entries {
@@ -163,18 +183,25 @@ func (r *Reader) next(ctx context.Context, maxEntries int, maxBytes, keep int64)
 			continue
 		}
 		r.s.mu.Unlock()
-		if len(out) > 0 {
-			return out, nil
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-r.s.stop:
-			return nil, ErrClosed
-		}
+		return out, wait, nil
 	}
 }
+
+// ReadFrom returns up to maxEntries entries totalling about maxBytes from
+// position p (an Entry's Next, or Committed), or none when p is the end of
+// the log. It neither waits nor moves the reader: a sink reads again with
+// it what it let go of while the reader went on (the Kafka worker's
+// partitions that fell behind). p must not be before Committed.
+func (r *Reader) ReadFrom(p Position, maxEntries int, maxBytes int64) ([]Entry, error) {
+	tmp := &Reader{s: r.s, name: r.name, read: p}
+	defer tmp.closeFile()
+	out, _, err := tmp.fill(maxEntries, maxBytes, 0)
+	return out, err
+}
+
+// Rewind makes Next continue after the committed position, handing out
+// again what it handed out since. Call it from the goroutine calling Next.
+func (r *Reader) Rewind() { r.read = r.Committed() }
 
 // readSegment reads entries of seg (a copy taken under s.mu) from r.read,
 // up to maxEntries and maxBytes (one entry even beyond it unless some are
@@ -209,7 +236,7 @@ func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBy
 				}
 			}
 		}
-		o := readOpts{alloc: true, keep: keep}
+		o := readOpts{alloc: true, keep: keep, pieces: &r.pieces}
 		fr, err := sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)
 		if errors.Is(err, errShort) || errors.Is(err, errDamaged) {
 			// Damage found while reading: read once more (a transient

@@ -1,12 +1,15 @@
 // Package kafka is the receiver's Kafka sink: one message per access-log
-// record, written with segmentio/kafka-go and acknowledged by all in-sync
-// replicas before the spool position moves.
+// record, written with segmentio/kafka-go partition by partition and
+// acknowledged by all in-sync replicas before the spool position moves (see
+// producer.go for how a partition is written, and delivery.PartitionWorker
+// for how partitions flow independently).
 //
 // Message layout: the value is the record's JSON object as delivered; the
 // key is "<environment_id>/<agent_id>" (so an agent's records stay in one
 // partition, in order, while agents spread over partitions); headers carry
-// environment_id, profile_id, agent_id, datestamp, seq_num, record_index and
-// format. Batches without identity (json_array, json_lines) are keyed by
+// environment_id, profile_id, agent_id, datestamp, seq_num, record_index,
+// format and record_id, a stable identity consumers deduplicate on (see
+// RecordID). Batches without identity (json_array, json_lines) are keyed by
 // "<environment_id>/<batch content hash>" and carry no seq_num header.
 package kafka
 
@@ -18,7 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,8 +56,11 @@ type Config struct {
 	// found by its MESSAGE_TOO_LARGE answers: the worker splits such
 	// deliveries and dead-letters only the records too large by themselves.
 	MaxMessageBytes int64
-	// WriteTimeout bounds one delivery (default DefaultWriteTimeout); a
-	// timed-out delivery is retried by the worker.
+	// WriteTimeout bounds one produce request, from sending it to the
+	// brokers' acknowledgement (default DefaultWriteTimeout). A request
+	// without an answer by then is unconfirmed: its partition's leader is
+	// probed until it answers, and the request is sent again (its records
+	// may then be in the topic twice).
 	WriteTimeout time.Duration
 	// TLS, when set, encrypts every connection to the brokers (see
 	// TLSFiles.Config).
@@ -66,15 +72,23 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Sink writes batches to Kafka. It is safe for concurrent use.
+// Sink writes batches to Kafka, partition by partition (see producer.go).
+// It is safe for concurrent use.
 type Sink struct {
 	cfg    Config
-	tr     *kafkago.Transport // shared by the writer and topic creation
+	codec  kafkago.CompressionCodec // nil: none
+	dialer *kafkago.Dialer
+	tr     *kafkago.Transport // topic creation
 	sasl   *trackedMechanism  // nil without SASL
-	w      *kafkago.Writer
 	log    *slog.Logger
-	mu     sync.Mutex
-	topicK bool // topic checked or created
+	meta   *metadataCache
+
+	topicMu sync.Mutex
+	topicOK bool // topic checked or created
+
+	mu         sync.Mutex
+	parts      []*partitionConn
+	partitions []int // 0 … n-1 for the balancer
 }
 
 // ParseCompression maps a flag value to a kafka-go codec.
@@ -103,7 +117,7 @@ const (
 	// creates; -1 is the broker's default.
 	DefaultPartitions        = 6
 	DefaultReplicationFactor = -1
-	DefaultWriteTimeout      = 30 * time.Second
+	DefaultWriteTimeout      = 10 * time.Second
 )
 
 // withDefaults returns c with every unset field set to its default.
@@ -171,39 +185,36 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.SASL != nil {
 		tracked = &trackedMechanism{Mechanism: cfg.SASL}
 	}
-	tr := &kafkago.Transport{
-		DialTimeout: 10 * time.Second, // includes the TLS handshake and SASL exchange
-		ClientID:    "edgepipe-rtld-receiver",
-		TLS:         cfg.TLS,
+	s := &Sink{cfg: cfg, sasl: tracked, log: cfg.Logger, meta: newMetadataCache(cfg.Brokers)}
+	switch comp {
+	case 0:
+	case kafkago.Lz4:
+		s.codec = lz4Codec{}
+	default:
+		s.codec = comp.Codec()
 	}
+	s.dialer = &kafkago.Dialer{
+		Timeout:  probeTimeout, // includes the TLS handshake and SASL exchange
+		ClientID: clientID,
+		TLS:      cfg.TLS,
+		DialFunc: dialWire,
+	}
+	s.tr = &kafkago.Transport{DialTimeout: 10 * time.Second, ClientID: clientID, TLS: cfg.TLS}
 	if tracked != nil {
-		tr.SASL = tracked
+		s.dialer.SASLMechanism = tracked
+		s.tr.SASL = tracked
 	}
-	w := &kafkago.Writer{
-		Addr:                   kafkago.TCP(cfg.Brokers...),
-		Transport:              tr,
-		Topic:                  cfg.Topic,
-		Balancer:               kafkago.Murmur2Balancer{}, // same partitioning as the Java client
-		RequiredAcks:           kafkago.RequireAll,
-		Compression:            comp,
-		BatchSize:              10_000,
-		BatchBytes:             cfg.MaxMessageBytes - recordBatchOverhead,
-		BatchTimeout:           2 * time.Millisecond,
-		MaxAttempts:            3,
-		WriteBackoffMin:        100 * time.Millisecond,
-		WriteBackoffMax:        time.Second,
-		ReadTimeout:            cfg.WriteTimeout,
-		WriteTimeout:           cfg.WriteTimeout,
-		AllowAutoTopicCreation: cfg.CreateTopic,
-	}
-	return &Sink{cfg: cfg, tr: tr, sasl: tracked, w: w, log: cfg.Logger}, nil
+	return s, nil
 }
+
+// clientID names the receiver to the brokers.
+const clientID = "edgepipe-rtld-receiver"
 
 // ensureTopic creates the topic once, ignoring "already exists".
 func (s *Sink) ensureTopic(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.topicK || !s.cfg.CreateTopic {
+	s.topicMu.Lock()
+	defer s.topicMu.Unlock()
+	if s.topicOK || !s.cfg.CreateTopic {
 		return nil
 	}
 	parts, rf := s.cfg.Partitions, s.cfg.ReplicationFactor
@@ -225,123 +236,177 @@ func (s *Sink) ensureTopic(ctx context.Context) error {
 	} else if terr == nil {
 		s.log.Info("kafka sink: created topic", "topic", s.cfg.Topic, "partitions", parts)
 	}
-	s.topicK = true
+	s.topicOK = true
 	return nil
 }
 
+// Partitions returns the topic's number of partitions, creating the topic
+// first when the sink does (delivery.Partitioned). It asks the brokers
+// again once the layout is older than a minute, so partitions an operator
+// adds are used from then on.
+func (s *Sink) Partitions(ctx context.Context) (int, error) {
+	if err := s.ensureTopic(ctx); err != nil {
+		return 0, err
+	}
+	if err := s.meta.refresh(ctx, s, metadataMaxAge); err != nil {
+		return 0, err
+	}
+	return s.meta.count(), nil
+}
+
+// PartitionOf returns the partition of every record of b among n: the
+// Java client's murmur2 hash of the message key (delivery.Partitioned).
+func (s *Sink) PartitionOf(b *accesslog.Batch, n int) int {
+	s.mu.Lock()
+	for len(s.partitions) < n {
+		s.partitions = append(s.partitions, len(s.partitions))
+	}
+	parts := s.partitions[:n]
+	s.mu.Unlock()
+	return kafkago.Murmur2Balancer{}.Balance(kafkago.Message{Key: batchKey(b)}, parts...)
+}
+
+// PreparePartition builds the messages of batches, all of partition p, and
+// sets aside those too large for MaxMessageBytes; the returned delivery
+// writes the others to p in order, in requests of at most MaxMessageBytes,
+// and when called again after an error starts at the first request that
+// was not confirmed (delivery.Partitioned).
+func (s *Sink) PreparePartition(p int, batches []*accesslog.Batch) delivery.Prepared {
+	return s.preparePartition(p, batches, nil)
+}
+
+func (s *Sink) preparePartition(p int, batches []*accesslog.Batch, index []int) *partitionWrite {
+	msgs, refs := messages(batches, index)
+	w := &partitionWrite{s: s, p: p, msgs: msgs, refs: refs, pending: make([]int, 0, len(msgs))}
+	for i := range msgs {
+		if size := messageBytes(&msgs[i]); size > s.cfg.MaxMessageBytes {
+			w.refused.add(refs[i], rejectTooLarge, fmt.Errorf("message of about %d bytes exceeds --kafka.max-message-bytes (%d)", size, s.cfg.MaxMessageBytes))
+			continue
+		}
+		w.pending = append(w.pending, i)
+	}
+	return w
+}
+
+// Probe returns nil once partition p's leader, as the brokers name it now,
+// accepts a connection and answers (delivery.Partitioned).
+func (s *Sink) Probe(ctx context.Context, p int) error { return s.probe(ctx, p) }
+
+// partitionWrite is the delivery of one partition's messages.
+type partitionWrite struct {
+	s       *Sink
+	p       int
+	msgs    []kafkago.Message
+	refs    []delivery.RecordRef // the record of each message
+	pending []int                // messages to send, in order
+	done    int                  // pending[:done] are confirmed or refused
+	refused refusals             // refused for good so far
+}
+
+// Deliver sends the pending messages in requests of at most
+// MaxMessageBytes, one at a time, each only after the one before it was
+// confirmed. A request the brokers refuse for good is set aside and the
+// next one sent; the refusals are returned once every other message is
+// confirmed. Any other failure is returned at once, and the next call
+// starts with the request that failed.
+func (w *partitionWrite) Deliver(ctx context.Context) error {
+	s := w.s
+	if w.done < len(w.pending) {
+		if err := s.ensureTopic(ctx); err != nil {
+			return err
+		}
+	}
+	pc := s.partition(w.p)
+	limit := s.cfg.MaxMessageBytes - recordBatchOverhead
+	for w.done < len(w.pending) {
+		end, size := w.done, int64(0)
+		for end < len(w.pending) {
+			n := messageBytes(&w.msgs[w.pending[end]]) - recordBatchOverhead
+			if end > w.done && size+n > limit {
+				break
+			}
+			size += n
+			end++
+		}
+		req := make([]kafkago.Message, 0, end-w.done)
+		for _, i := range w.pending[w.done:end] {
+			req = append(req, w.msgs[i])
+		}
+		err := s.produce(ctx, pc, req)
+		if err != nil {
+			c := classify(err)
+			if !c.permanent {
+				return err
+			}
+			for _, i := range w.pending[w.done:end] {
+				w.refused.addClass(w.refs[i], c, err)
+			}
+		}
+		w.done = end
+	}
+	return w.refused.err()
+}
+
 // Deliver writes one message per record of every batch and returns nil only
-// when the brokers acknowledged all of them (acks=all). On error some
-// messages may have been written: a retry writes only the others, and a
-// restart writes them all again, so Kafka is at-least-once. Records Kafka
+// when the brokers acknowledged all of them (acks=all). Records Kafka
 // refuses for good are reported in a *delivery.RejectedError (see
 // delivery.Sink) once every other record is acknowledged.
 func (s *Sink) Deliver(ctx context.Context, batches []*accesslog.Batch) error {
 	return s.Prepare(batches).Deliver(ctx)
 }
 
-// Prepare builds the messages of the batches (delivery.Preparer: the worker
-// builds the next group while the brokers acknowledge the current one) and
-// sets aside those too large for MaxMessageBytes; the returned delivery
-// writes the others, as often as it is called.
+// Prepare returns the delivery of batches to their partitions
+// (delivery.Preparer); each call of its Deliver writes every partition not
+// yet confirmed, the partitions in parallel, and sends again only what was
+// not confirmed.
 func (s *Sink) Prepare(batches []*accesslog.Batch) delivery.Prepared {
-	msgs, refs := messages(batches)
-	p := &preparedWrite{s: s, msgs: msgs, refs: refs, pending: make([]int, 0, len(msgs))}
-	for i := range msgs {
-		if size := messageBytes(&msgs[i]); size > s.cfg.MaxMessageBytes {
-			p.tooLarge = append(p.tooLarge, i)
-			continue
-		}
-		p.pending = append(p.pending, i)
-	}
-	return p
+	return &spreadWrite{s: s, batches: batches}
 }
 
-// preparedWrite is one delivery's messages.
-type preparedWrite struct {
-	s        *Sink
-	msgs     []kafkago.Message
-	refs     []delivery.RecordRef // the record of each message
-	pending  []int                // messages not acknowledged yet
-	tooLarge []int                // messages over MaxMessageBytes, never sent
+// spreadWrite is a delivery of batches of any partitions.
+type spreadWrite struct {
+	s       *Sink
+	batches []*accesslog.Batch
+	writes  []*partitionWrite // one per partition with records, once the partitions are known
 }
 
-// Deliver writes the pending messages; see Sink.Deliver.
-func (p *preparedWrite) Deliver(ctx context.Context) error {
-	s := p.s
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
-	defer cancel()
-	if len(p.pending) > 0 {
-		if err := s.ensureTopic(ctx); err != nil {
+// Deliver implements delivery.Prepared.
+func (d *spreadWrite) Deliver(ctx context.Context) error {
+	if d.writes == nil {
+		n, err := d.s.Partitions(ctx)
+		if err != nil {
 			return err
 		}
+		byPart := map[int][]int{}
+		var order []int
+		for i, b := range d.batches {
+			p := d.s.PartitionOf(b, n)
+			if _, ok := byPart[p]; !ok {
+				order = append(order, p)
+			}
+			byPart[p] = append(byPart[p], i)
+		}
+		d.writes = make([]*partitionWrite, 0, len(order))
+		for _, p := range order {
+			idx := byPart[p]
+			bs := make([]*accesslog.Batch, len(idx))
+			for k, i := range idx {
+				bs[k] = d.batches[i]
+			}
+			d.writes = append(d.writes, d.s.preparePartition(p, bs, idx))
+		}
 	}
-	var refused refusals
-	for _, i := range p.tooLarge {
-		refused.add(p.refs[i], rejectTooLarge, fmt.Errorf("message of about %d bytes exceeds --kafka.max-message-bytes (%d)", messageBytes(&p.msgs[i]), s.cfg.MaxMessageBytes))
+	errs := make([]error, len(d.writes))
+	var wg sync.WaitGroup
+	for i, w := range d.writes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.Deliver(ctx)
+		}()
 	}
-	for len(p.pending) > 0 {
-		batch := make([]kafkago.Message, len(p.pending))
-		for k, i := range p.pending {
-			batch[k] = p.msgs[i]
-		}
-		err := s.w.WriteMessages(ctx, batch...)
-		if err == nil {
-			p.pending = p.pending[:0]
-			break
-		}
-		var mtl kafkago.MessageTooLargeError
-		if errors.As(err, &mtl) {
-			// kafka-go's own check refused one message and wrote nothing
-			// (messageBytes should have caught it first): refuse that one,
-			// write the rest.
-			k := indexOfMessage(batch, mtl.Message)
-			if k < 0 {
-				return fmt.Errorf("kafka: writing %d messages: %w", len(batch), err)
-			}
-			refused.add(p.refs[p.pending[k]], rejectTooLarge, err)
-			p.tooLarge = append(p.tooLarge, p.pending[k]) // reported again if this call fails
-			p.pending = append(p.pending[:k], p.pending[k+1:]...)
-			continue
-		}
-		var we kafkago.WriteErrors
-		if !errors.As(err, &we) || len(we) != len(batch) {
-			// The whole write failed (metadata, connection).
-			c := classify(err)
-			if !c.permanent {
-				return fmt.Errorf("kafka: writing %d messages: %w", len(batch), s.explain(err))
-			}
-			for _, i := range p.pending {
-				refused.addClass(p.refs[i], c, err)
-			}
-			p.pending = p.pending[:0]
-			break
-		}
-		// Per message: acknowledged, refused for good, or worth retrying.
-		var failed []int // messages not acknowledged
-		var retryErr error
-		var now refusals
-		for k, e := range we {
-			if e == nil {
-				continue
-			}
-			failed = append(failed, p.pending[k])
-			if c := classify(e); c.permanent {
-				now.addClass(p.refs[p.pending[k]], c, e)
-			} else if retryErr == nil {
-				retryErr = e
-			}
-		}
-		p.pending = failed
-		if retryErr != nil {
-			// A rejection is reported only once everything else is
-			// acknowledged: retry every failed message (those refused
-			// for good are refused again).
-			return fmt.Errorf("kafka: %d of %d messages not acknowledged: %w", len(failed), len(batch), s.explain(retryErr))
-		}
-		refused.merge(now)
-		p.pending = p.pending[:0]
-	}
-	return refused.err()
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // explain adds what to check to errors whose cause is the connection's
@@ -362,56 +427,6 @@ func (s *Sink) explain(err error) error {
 	return err
 }
 
-// messages turns batches into Kafka messages, and names the record of each.
-func messages(batches []*accesslog.Batch) ([]kafkago.Message, []delivery.RecordRef) {
-	n := 0
-	for _, b := range batches {
-		n += len(b.Records)
-	}
-	msgs := make([]kafkago.Message, 0, n)
-	refs := make([]delivery.RecordRef, 0, n)
-	for bi, b := range batches {
-		var key []byte
-		if b.AgentID != "" {
-			key = []byte(b.EnvironmentID + "/" + b.AgentID)
-		} else {
-			key = []byte(b.EnvironmentID + "/" + b.ContentHash())
-		}
-		base := []kafkago.Header{
-			{Key: "environment_id", Value: []byte(b.EnvironmentID)},
-			{Key: "format", Value: []byte(b.Format)},
-		}
-		if b.ProfileID != "" {
-			base = append(base, kafkago.Header{Key: "profile_id", Value: []byte(b.ProfileID)})
-		}
-		if b.AgentID != "" {
-			base = append(base, kafkago.Header{Key: "agent_id", Value: []byte(b.AgentID)})
-		}
-		if b.Datestamp != "" {
-			base = append(base, kafkago.Header{Key: "datestamp", Value: []byte(b.Datestamp)})
-		}
-		if b.SeqNum >= 0 {
-			base = append(base, kafkago.Header{Key: "seq_num", Value: []byte(strconv.FormatInt(b.SeqNum, 10))})
-		}
-		t := time.Unix(0, b.ReceivedUnixNano)
-		// One allocation per batch for every record's headers and
-		// record_index digits, not two per record.
-		per := len(base) + 1
-		headers := make([]kafkago.Header, per*len(b.Records))
-		digits := make([]byte, 0, len(b.Records)*(len(strconv.Itoa(b.RecordIndex(len(b.Records)-1)+1))))
-		for i, r := range b.Records {
-			h := headers[i*per : (i+1)*per : (i+1)*per]
-			copy(h, base)
-			start := len(digits)
-			digits = strconv.AppendInt(digits, int64(b.RecordIndex(i)), 10)
-			h[per-1] = kafkago.Header{Key: "record_index", Value: digits[start:len(digits):len(digits)]}
-			msgs = append(msgs, kafkago.Message{Key: key, Value: r, Headers: h, Time: t})
-			refs = append(refs, delivery.RecordRef{Batch: bi, Record: i})
-		}
-	}
-	return msgs, refs
-}
-
 // Ping checks that a broker answers (for readiness).
 func (s *Sink) Ping(ctx context.Context) error {
 	var d net.Dialer
@@ -425,12 +440,16 @@ func (s *Sink) Ping(ctx context.Context) error {
 	return fmt.Errorf("no Kafka broker of %v answers", s.cfg.Brokers)
 }
 
-// Close flushes and closes the writer.
+// Close closes the connections to the brokers.
 func (s *Sink) Close() error {
-	err := s.w.Close()
-	s.tr.CloseIdleConnections()
-	if err != nil {
-		return fmt.Errorf("closing Kafka writer: %w", err)
+	s.mu.Lock()
+	parts := slices.Clone(s.parts)
+	s.mu.Unlock()
+	for _, pc := range parts {
+		pc.mu.Lock()
+		pc.close()
+		pc.mu.Unlock()
 	}
+	s.tr.CloseIdleConnections()
 	return nil
 }

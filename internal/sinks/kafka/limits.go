@@ -45,17 +45,6 @@ func varintLen(v int64) int64 {
 	return n
 }
 
-// indexOfMessage finds m (a copy kafka-go returned) in msgs by its value's
-// backing array.
-func indexOfMessage(msgs []kafkago.Message, m kafkago.Message) int {
-	for i := range msgs {
-		if len(m.Value) > 0 && len(msgs[i].Value) == len(m.Value) && &msgs[i].Value[0] == &m.Value[0] {
-			return i
-		}
-	}
-	return -1
-}
-
 // class is what an error means for the records of a produce request.
 type class struct {
 	// permanent: sending the record again unchanged fails again.
@@ -121,15 +110,6 @@ func (r *refusals) addClass(ref delivery.RecordRef, c class, err error) {
 		r.order = append(r.order, key)
 	}
 	e.Records = append(e.Records, ref)
-}
-
-func (r *refusals) merge(o refusals) {
-	for _, k := range o.order {
-		e := o.by[k]
-		for _, ref := range e.Records {
-			r.addClass(ref, class{permanent: true, each: e.Each, reason: e.Reason}, e.Err)
-		}
-	}
 }
 
 // err returns nil when nothing was refused, or the refusals joined.

@@ -79,9 +79,9 @@ func TestMessageBytesIsNeverBelowWhatTheBrokerCounts(t *testing.T) {
 	t.Cleanup(func() { sink.Close() })
 	b := testBatch("env", 1)
 	b.Records[0] = bigRecord(2, 99_000)
-	msgs, _ := messages([]*accesslog.Batch{b})
+	msgs, _ := messages([]*accesslog.Batch{b}, nil)
 	b.Records[0] = bigRecord(2, 99_000+int(limit-messageBytes(&msgs[0])))
-	msgs, _ = messages([]*accesslog.Batch{b})
+	msgs, _ = messages([]*accesslog.Batch{b}, nil)
 	if n := messageBytes(&msgs[0]); n != limit {
 		t.Fatalf("messageBytes = %d, want %d", n, limit)
 	}
@@ -181,33 +181,5 @@ func TestClassify(t *testing.T) {
 		if c.permanent != tc.permanent || c.each != tc.each || c.reason != tc.reason {
 			t.Errorf("classify(%v) = %+v, want permanent %v each %v reason %q", tc.err, c, tc.permanent, tc.each, tc.reason)
 		}
-	}
-}
-
-func TestKafkaGoOwnSizeCheckIsARejection(t *testing.T) {
-	// Should messageBytes ever undercount, kafka-go refuses the message
-	// itself (MessageTooLargeError, nothing written): that record is
-	// rejected and the others still go out.
-	broker := testenv.Kafka(t)
-	topic := broker.NewTopic(t, 1)
-	sink, err := New(Config{Brokers: broker.Brokers(), Topic: topic, MaxMessageBytes: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sink.Close() })
-	sink.cfg.MaxMessageBytes = 10 << 20 // our check off; the writer keeps its 64 KiB batches
-	b := testBatch("env", 5)
-	b.Records[2] = bigRecord(5, 100_000)
-	err = sink.Deliver(context.Background(), []*accesslog.Batch{b})
-	var rej *delivery.RejectedError
-	if !errors.As(err, &rej) || !rej.Each || len(rej.Records) != 1 || rej.Records[0].Record != 2 {
-		t.Fatalf("Deliver: %v, want record 2 rejected", err)
-	}
-	var mtl kafkago.MessageTooLargeError
-	if !errors.As(rej.Err, &mtl) {
-		t.Errorf("rejection error %v is not kafka-go's MessageTooLargeError", rej.Err)
-	}
-	if got := uuids(t, broker, topic); len(got) != 4 || got["big"] != 0 {
-		t.Fatalf("topic holds %v", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 )
@@ -39,8 +40,8 @@ type columnIndex map[string]int
 
 // buildColumns converts the records into typed columns. Each record's
 // members are walked once (accesslog.EachMember); string values without
-// escapes are substrings of one string copy of the record, so a record
-// costs one allocation, not one per field. A value its column cannot hold
+// escapes are substrings of the record's own bytes, so a record costs no
+// allocation for them. A value its column cannot hold
 // leaves the column at its default and is kept in extra.
 func buildColumns(batches []*accesslog.Batch, cols []accessColumn, version uint64) *columnData {
 	n := 0
@@ -70,7 +71,12 @@ func buildColumns(batches []*accesslog.Batch, cols []accessColumn, version uint6
 				set[i] = false
 			}
 			clear(extra)
-			rs := string(raw) // string values without escapes are substrings of rs
+			// String values without escapes are substrings of rs, which
+			// shares the record's bytes: records are never written to
+			// after they are decoded (the spool hands out a new buffer
+			// per entry), and the columns live only until the INSERT
+			// has copied them.
+			rs := unsafe.String(unsafe.SliceData(raw), len(raw))
 			keep := func(code string, v json.RawMessage) {
 				if extra == nil {
 					extra = map[string]json.RawMessage{}
