@@ -423,7 +423,7 @@ func (x *receiverCheck) clickhouseChecks() []preflight.Check {
 
 // kafkaChecks are the brokers, the topic and its message size limit.
 func (x *receiverCheck) kafkaChecks() []preflight.Check {
-	k := &preflight.Kafka{Brokers: x.kafka.Brokers, Topic: x.kafka.Topic, CreateTopic: x.kafka.CreateTopic, Partitions: x.kafka.Partitions,
+	k := &kafkaCheck{Brokers: x.kafka.Brokers, Topic: x.kafka.Topic, CreateTopic: x.kafka.CreateTopic, Partitions: x.kafka.Partitions,
 		MaxMessageBytes: x.kafka.MaxMessageBytes, MaxRecordBytes: int64(x.f.maxRecordBytes), Inspect: x.kafkaSink.Inspect}
-	return k.Checks()
+	return k.checks()
 }

@@ -8,9 +8,10 @@
 // a summary, and skips a check whose Needs did not pass ("skipped: needs
 // X"). Each program builds its list from its own configuration (cmd/*/
 // check.go), from the constructors of this package: the platform's token
-// and scopes (platform.go), ClickHouse (clickhouse.go), Kafka (kafka.go),
-// the receiver's public URL and its certificate (tls.go), directories and
-// files (files.go) and the OTLP endpoint (otlp.go).
+// and scopes (platform.go), ClickHouse (clickhouse.go), the receiver's
+// public URL and its certificate (tls.go), directories and files
+// (files.go) and the OTLP endpoint (otlp.go). The Kafka checks live in
+// cmd/rtld-receiver, so that the exporter does not link the Kafka sink.
 //
 // Checks never create, alter or write anything: they read, list and
 // connect. Their messages never contain a secret.
