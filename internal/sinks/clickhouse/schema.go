@@ -851,15 +851,10 @@ func (s *Schema) addDistributedColumns(ctx context.Context, t *Table, states []*
 	for _, c := range t.Columns {
 		everywhere := true
 		for _, shard := range shards(states) {
-			has := false
-			for _, n := range states {
-				if n.shard == shard && n.db != nil && n.local != nil {
-					if _, ok := n.local.columns[c.Name]; ok {
-						has = true
-						break
-					}
-				}
-			}
+			has := slices.ContainsFunc(holders(states, shard), func(n *nodeState) bool {
+				_, ok := n.local.columns[c.Name]
+				return ok
+			})
 			everywhere = everywhere && has
 		}
 		if everywhere {
