@@ -412,10 +412,19 @@ func validCookieName(s string) bool {
 	return true
 }
 
-func (v *profileValidator) filters(r json.RawMessage) *rtldFilters {
+// object decodes r as a JSON object, failing source when it is not one.
+func (v *profileValidator) object(r json.RawMessage, source string) (map[string]json.RawMessage, bool) {
 	var raw map[string]json.RawMessage
 	if json.Unmarshal(r, &raw) != nil || raw == nil {
-		v.fail("filters", "must be an object")
+		v.fail(source, "must be an object")
+		return nil, false
+	}
+	return raw, true
+}
+
+func (v *profileValidator) filters(r json.RawMessage) *rtldFilters {
+	raw, ok := v.object(r, "filters")
+	if !ok {
 		return nil
 	}
 	f := &rtldFilters{}
@@ -454,9 +463,8 @@ func (v *profileValidator) statusCodes(r json.RawMessage) []string {
 // hostNames checks filters.host_names: an object with the names (at least
 // one) and the condition, in or not_in.
 func (v *profileValidator) hostNames(r json.RawMessage) *rtldHostNames {
-	var h map[string]json.RawMessage
-	if json.Unmarshal(r, &h) != nil || h == nil {
-		v.fail("filters.host_names", "must be an object")
+	h, ok := v.object(r, "filters.host_names")
+	if !ok {
 		return nil
 	}
 	hn := &rtldHostNames{}
@@ -479,9 +487,8 @@ func (v *profileValidator) hostNames(r json.RawMessage) *rtldHostNames {
 
 func (v *profileValidator) delivery(r json.RawMessage) rtldDelivery {
 	var d rtldDelivery
-	var raw map[string]json.RawMessage
-	if json.Unmarshal(r, &raw) != nil || raw == nil {
-		v.fail("delivery_method", "must be an object")
+	raw, ok := v.object(r, "delivery_method")
+	if !ok {
 		return d
 	}
 	if t, ok := v.requiredStringAt(raw, "type", "delivery_method.type"); ok {
@@ -515,9 +522,8 @@ func (v *profileValidator) delivery(r json.RawMessage) rtldDelivery {
 // http_basic (username, password) or custom_authentication (token), and
 // sets it in d.
 func (v *profileValidator) authentication(r json.RawMessage, d *rtldDelivery) {
-	var a map[string]json.RawMessage
-	if json.Unmarshal(r, &a) != nil || a == nil {
-		v.fail("delivery_method.authentication", "must be an object")
+	a, ok := v.object(r, "delivery_method.authentication")
+	if !ok {
 		return
 	}
 	t, ok := v.requiredStringAt(a, "type", "delivery_method.authentication.type")
