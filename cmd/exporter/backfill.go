@@ -18,6 +18,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/preflight"
 	"github.com/edgepipe/edgepipe/internal/schedule"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 )
 
 // backfillExtension is the `exporter backfill` command: it loads a range of
@@ -66,22 +67,7 @@ func (e *backfillExtension) run(ctx context.Context, h *host) error {
 	clock := schedule.NewPlatformClock(nil)
 	h.platformClock = clock
 	g := h.common.granularity
-	span := func(now time.Time) (time.Time, time.Time, error) {
-		from, err := parseInstant(e.from, now)
-		if err != nil {
-			return from, from, fmt.Errorf("--from: %w", err)
-		}
-		to, err := parseInstant(e.to, now)
-		if err != nil {
-			return from, to, fmt.Errorf("--to: %w", err)
-		}
-		from, to = g.Truncate(from), g.Truncate(to.Add(g.Duration()-time.Nanosecond))
-		if !from.Before(to) {
-			return from, to, fmt.Errorf("backfill: --from %s is not before --to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
-		}
-		return from, to, nil
-	}
-	if _, _, err := span(clock.Now()); err != nil {
+	if _, _, err := e.span(g, clock.Now()); err != nil {
 		return err // before contacting the platform
 	}
 
@@ -93,24 +79,11 @@ func (e *backfillExtension) run(ctx context.Context, h *host) error {
 	if err != nil {
 		return fmt.Errorf("backfill: list environments: %w", err)
 	}
-	all, err := cl.Metrics.Datasets(ctx)
-	if err != nil {
-		return fmt.Errorf("backfill: list datasets: %w", err)
-	}
-	// The config file's selection, so the rows land in the tables the
-	// exporter writes with the same file.
-	all, warnings, err := h.common.config.Select(all, true)
-	if err != nil {
-		return fmt.Errorf("backfill: %w", err)
-	}
-	for _, w := range warnings {
-		h.log.Warn("config file: "+w, "config_file", h.common.config.Source)
-	}
-	dss, err := pickDatasets(all, e.datasets)
+	dss, err := e.selectDatasets(ctx, h, cl)
 	if err != nil {
 		return err
 	}
-	from, to, err := span(clock.Now())
+	from, to, err := e.span(g, clock.Now())
 	if err != nil {
 		return err
 	}
@@ -123,35 +96,16 @@ func (e *backfillExtension) run(ctx context.Context, h *host) error {
 		return err
 	}
 	defer sink.Close(context.Background())
-	schema, err := sink.Schema(ctx)
-	if err != nil {
-		return fmt.Errorf("backfill: %w", err)
-	}
-	var progress backfill.Progress
-	progress, err = backfill.NewClickHouseProgress(ctx, schema)
+	progress, err := e.newProgress(ctx, sink)
 	if err != nil {
 		return err
-	}
-	if e.fresh {
-		progress = backfill.Fresh{Progress: progress}
-	}
-	// Progress goes to the terminal's stderr, not to the log.
-	stderr := os.Stderr
-	var reporter backfill.Reporter
-	switch e.progress {
-	case "bar":
-		reporter = backfill.NewReporter(stderr, true)
-	case "lines":
-		reporter = backfill.NewReporter(stderr, false)
-	case "auto":
-		reporter = backfill.NewReporter(stderr, term.IsTerminal(int(stderr.Fd())))
 	}
 	h.log.Info("backfill starting", "from", from.Format(time.RFC3339), "to", to.Format(time.RFC3339),
 		"granularity", g, "datasets", len(dss), "environments", len(envs), "clickhouse", clickhouse.RedactDSN(e.ch.dsn),
 		"restart", e.fresh)
 	sum, err := backfill.Run(ctx, backfill.Config{
 		Datasets: dss, Environments: envs, Granularity: g, From: from, To: to,
-		Fetcher: cl.Metrics, Writer: sink, Progress: progress, Reporter: reporter,
+		Fetcher: cl.Metrics, Writer: sink, Progress: progress, Reporter: e.reporter(),
 		Logger: h.log.With("component", "backfill"), Now: clock.Now,
 	})
 	if err != nil {
@@ -162,6 +116,74 @@ func (e *backfillExtension) run(ctx context.Context, h *host) error {
 	}
 	h.log.Info("backfill finished", "chunks", sum.Chunks, "loaded", sum.Loaded, "skipped", sum.Skipped,
 		"rows", sum.Rows, "took", sum.Elapsed.Round(time.Millisecond), "clamped_to_retention", strings.Join(sum.Clamped, ","))
+	return nil
+}
+
+// span returns the range of --from and --to at the time now, in whole
+// buckets of g: from its first bucket to the end of its last.
+func (e *backfillExtension) span(g metricsapi.Granularity, now time.Time) (from, to time.Time, err error) {
+	from, err = parseInstant(e.from, now)
+	if err != nil {
+		return from, from, fmt.Errorf("--from: %w", err)
+	}
+	to, err = parseInstant(e.to, now)
+	if err != nil {
+		return from, to, fmt.Errorf("--to: %w", err)
+	}
+	from, to = g.Truncate(from), g.Truncate(to.Add(g.Duration()-time.Nanosecond))
+	if !from.Before(to) {
+		return from, to, fmt.Errorf("backfill: --from %s is not before --to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))
+	}
+	return from, to, nil
+}
+
+// selectDatasets returns the datasets to load: those of --dataset among
+// the config file's selection of the datasets the API lists, so the rows
+// land in the tables the exporter writes with the same file.
+func (e *backfillExtension) selectDatasets(ctx context.Context, h *host, cl *apiClients) ([]metricsapi.Dataset, error) {
+	all, err := cl.Metrics.Datasets(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("backfill: list datasets: %w", err)
+	}
+	all, warnings, err := h.common.config.Select(all, true)
+	if err != nil {
+		return nil, fmt.Errorf("backfill: %w", err)
+	}
+	for _, w := range warnings {
+		h.log.Warn("config file: "+w, "config_file", h.common.config.Source)
+	}
+	return pickDatasets(all, e.datasets)
+}
+
+// newProgress returns where the backfill reads and records what is loaded:
+// the ClickHouse tables of sink, read as empty with --restart.
+func (e *backfillExtension) newProgress(ctx context.Context, sink *metrictables.Sink) (backfill.Progress, error) {
+	schema, err := sink.Schema(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("backfill: %w", err)
+	}
+	progress, err := backfill.NewClickHouseProgress(ctx, schema)
+	if err != nil {
+		return nil, err
+	}
+	if e.fresh {
+		return backfill.Fresh{Progress: progress}, nil
+	}
+	return progress, nil
+}
+
+// reporter returns the progress display of --progress, on the terminal's
+// stderr (not the log); nil for none.
+func (e *backfillExtension) reporter() backfill.Reporter {
+	stderr := os.Stderr
+	switch e.progress {
+	case "bar":
+		return backfill.NewReporter(stderr, true)
+	case "lines":
+		return backfill.NewReporter(stderr, false)
+	case "auto":
+		return backfill.NewReporter(stderr, term.IsTerminal(int(stderr.Fd())))
+	}
 	return nil
 }
 

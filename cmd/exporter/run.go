@@ -201,9 +201,46 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	if err := f.validate(); err != nil {
 		return nil, err
 	}
-	// The platform's clock is the clock: polls are planned by the Date
-	// headers of the API's answers, the local clock only sleeps.
-	local := deps.clock
+	clock, err := x.newSelfMetrics(h, f, deps.clock)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := h.clients(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tracker, err := openState(h, f, x)
+	if err != nil {
+		return nil, err
+	}
+	pubs, err := x.newSinks(ctx, h, f)
+	if err != nil {
+		return nil, err
+	}
+	ext, err := x.setupExtensions(ctx, h, exts)
+	if err != nil {
+		return nil, err
+	}
+	pubs = append(pubs, ext.publishers...)
+	if x.inv, err = newInventory(h, f, cl, clock, ext.inventory, x.reg); err != nil {
+		return nil, err
+	}
+	if x.sched, err = x.newScheduler(h, f, cl, clock, tracker, pubs, ext.resume); err != nil {
+		return nil, err
+	}
+	x.metrics, err = promsink.Handler(x.reg, x.collector, func(err error) { cli.LogServeError(h.log, "/metrics", err) })
+	if err != nil {
+		return nil, fmt.Errorf("/metrics handler: %w", err)
+	}
+	x.handler = newHandler(x.sched)
+	return x, nil
+}
+
+// newSelfMetrics registers the build info and the exporter's own metrics,
+// and hands them to h with the platform's clock, which it returns: polls
+// are planned by the Date headers of the API's answers, the local clock
+// (default the wall clock) only sleeps.
+func (x *exporter) newSelfMetrics(h *host, f *runFlags, local schedule.Clock) (*schedule.PlatformClock, error) {
 	if local == nil {
 		local = schedule.RealClock{}
 	}
@@ -221,82 +258,94 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 	h.apiObserver = self
 	h.platformClock = clock
 	h.registerer = x.reg
-	cl, err := h.clients(ctx)
-	if err != nil {
-		return nil, err
-	}
+	return clock, nil
+}
 
-	tracker, err := openState(h, f, x)
-	if err != nil {
-		return nil, err
-	}
-	cfg := h.common.config
+// newSinks creates the Prometheus collector and, with --otlp.endpoint, the
+// OTLP sink, and returns them as the scheduler's publishers.
+func (x *exporter) newSinks(ctx context.Context, h *host, f *runFlags) ([]schedule.NamedPublisher, error) {
+	var err error
 	x.collector, err = promsink.NewCollector(promsink.Options{SeriesTTL: f.seriesTTL, GaugeMaxAge: f.gaugeMaxAge,
-		Prefix: cfg.Prefix, MaxSeries: f.maxSeries, Logger: h.log.With("sink", "prometheus")})
+		Prefix: h.common.config.Prefix, MaxSeries: f.maxSeries, Logger: h.log.With("sink", "prometheus")})
 	if err != nil {
 		return nil, err
 	}
 	pubs := []schedule.NamedPublisher{{Name: "prometheus", Publisher: x.collector}}
-
-	otlp := otel.Enabled(f.otlpEndpoint)
-	if otlp {
-		proto, err := otel.Protocol(f.otlpProtocol)
-		if err != nil {
-			return nil, err
-		}
-		temporality, err := otel.Temporality(f.otlpTemporality)
-		if err != nil {
-			return nil, err
-		}
-		res, err := otel.NewResource(ctx, h.version)
-		if err != nil {
-			return nil, err
-		}
-		exp, err := otel.NewExporter(ctx, proto, f.otlpEndpoint)
-		if err != nil {
-			return nil, err
-		}
-		sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg, Prefix: cfg.Prefix,
-			Logger: h.log.With("sink", "otlp"), Temporality: temporality})
-		if err != nil {
-			return nil, errors.Join(err, exp.Shutdown(context.Background()))
-		}
-		x.closers = append(x.closers, sink.Close)
-		pubs = append(pubs, schedule.NamedPublisher{Name: "otlp", Publisher: sink})
-		h.log.Info("OTLP export enabled", "protocol", proto, "endpoint", f.otlpEndpoint, "temporality", temporality)
+	if !otel.Enabled(f.otlpEndpoint) {
+		return pubs, nil
 	}
+	sink, err := x.newOTLPSink(ctx, h, f)
+	if err != nil {
+		return nil, err
+	}
+	return append(pubs, schedule.NamedPublisher{Name: "otlp", Publisher: sink}), nil
+}
 
-	var resume schedule.ResumeSource
-	var invPub inventory.Publisher
+// newOTLPSink creates the OTLP sink of the --otlp.* flags.
+func (x *exporter) newOTLPSink(ctx context.Context, h *host, f *runFlags) (*otel.Sink, error) {
+	proto, err := otel.Protocol(f.otlpProtocol)
+	if err != nil {
+		return nil, err
+	}
+	temporality, err := otel.Temporality(f.otlpTemporality)
+	if err != nil {
+		return nil, err
+	}
+	res, err := otel.NewResource(ctx, h.version)
+	if err != nil {
+		return nil, err
+	}
+	exp, err := otel.NewExporter(ctx, proto, f.otlpEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	sink, err := otel.New(exp, otel.Options{Resource: res, QueueSize: f.otlpQueue, Registerer: x.reg, Prefix: h.common.config.Prefix,
+		Logger: h.log.With("sink", "otlp"), Temporality: temporality})
+	if err != nil {
+		return nil, errors.Join(err, exp.Shutdown(context.Background()))
+	}
+	x.closers = append(x.closers, sink.Close)
+	h.log.Info("OTLP export enabled", "protocol", proto, "endpoint", f.otlpEndpoint, "temporality", temporality)
+	return sink, nil
+}
+
+// setupExtensions sets up every extension and returns what they add
+// together: their publishers, and the one resume source and inventory
+// publisher at most one of them may provide.
+func (x *exporter) setupExtensions(ctx context.Context, h *host, exts []extension) (parts, error) {
+	var all parts
 	for _, e := range exts {
 		p, err := e.setup(ctx, h)
 		if err != nil {
-			return nil, err
+			return parts{}, err
 		}
-		pubs = append(pubs, p.publishers...)
+		all.publishers = append(all.publishers, p.publishers...)
 		if p.close != nil {
 			x.closers = append(x.closers, p.close)
 		}
 		if p.resume != nil {
-			if resume != nil {
-				return nil, errors.New("two extensions provide a resume source")
+			if all.resume != nil {
+				return parts{}, errors.New("two extensions provide a resume source")
 			}
-			resume = p.resume
+			all.resume = p.resume
 		}
 		if p.inventory != nil {
-			if invPub != nil {
-				return nil, errors.New("two extensions take the inventory")
+			if all.inventory != nil {
+				return parts{}, errors.New("two extensions take the inventory")
 			}
-			invPub = p.inventory
+			all.inventory = p.inventory
 		}
 	}
-	if x.inv, err = newInventory(h, f, cl, clock, invPub, x.reg); err != nil {
-		return nil, err
-	}
+	return all, nil
+}
+
+// newScheduler creates the scheduler that polls every dataset through cl
+// and hands the buckets to pubs.
+func (x *exporter) newScheduler(h *host, f *runFlags, cl *apiClients, clock schedule.Clock, tracker *schedule.Tracker,
+	pubs []schedule.NamedPublisher, resume schedule.ResumeSource) (*schedule.Scheduler, error) {
 	discovery := h.environments(cl)
 	discovery.Catalog = x.inv
-
-	x.sched, err = schedule.New(schedule.Config{
+	return schedule.New(schedule.Config{
 		Granularity:       h.common.granularity,
 		PollInterval:      f.pollInterval,
 		SettleWindow:      f.settleWindow,
@@ -304,28 +353,19 @@ func buildExporter(ctx context.Context, h *host, f *runFlags, exts []extension, 
 		Concurrency:       f.concurrency,
 		Jitter:            f.jitter,
 		Datasets:          f.datasets,
-		DatasetSource:     &exportconfig.DatasetSource{Source: cl.Metrics, Config: cfg, Logger: h.log.With("component", "config")},
+		DatasetSource:     &exportconfig.DatasetSource{Source: cl.Metrics, Config: h.common.config, Logger: h.log.With("component", "config")},
 		Environments:      discovery,
 		Fetcher:           cl.Metrics,
 		Resume:            resume,
 		Publishers:        pubs,
-		Observer:          self,
+		Observer:          x.self,
 		Clock:             clock,
 		Logger:            h.log.With("component", "schedule"),
 		Tracker:           tracker,
 		State:             x.state,
-		Points:            otlp,
+		Points:            otel.Enabled(f.otlpEndpoint),
 		SeriesTTL:         f.seriesTTL,
 	})
-	if err != nil {
-		return nil, err
-	}
-	x.metrics, err = promsink.Handler(x.reg, x.collector, func(err error) { cli.LogServeError(h.log, "/metrics", err) })
-	if err != nil {
-		return nil, fmt.Errorf("/metrics handler: %w", err)
-	}
-	x.handler = newHandler(x.sched)
-	return x, nil
 }
 
 // newHandler serves /healthz and /readyz (the web server adds /metrics and

@@ -242,21 +242,57 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	username, password := sec.rtldUsername, sec.rtldPassword
-	chPassword, kafkaUsername, kafkaPassword := sec.clickhousePassword, sec.kafkaUsername, sec.kafkaPassword
 	switch f.command {
 	case cmdDeadLetterList:
 		return listDeadLetters(f, stdout)
 	case cmdDeadLetterReplay:
 		return replayDeadLetters(ctx, f, sec.sinkSecrets, log, stdout)
 	}
-	cfg := receiver.Config{
+	return runReceiver(ctx, f, sec, log)
+}
+
+// runReceiver runs the receiver (the run command) until ctx is done.
+func runReceiver(ctx context.Context, f *flags, sec secrets, log *slog.Logger) error {
+	cfg := receiverConfig(f, sec, log)
+	var err error
+	if cfg.LogMetrics, err = f.logMetrics.config(); err != nil {
+		return err
+	}
+	var sim *simulation
+	if f.simulate {
+		if sim, err = startSimulation(f, log); err != nil {
+			return err
+		}
+		defer sim.Close()
+		sim.configure(f, &cfg)
+	}
+	if err := completeConfig(f, &cfg, sec, sim, log); err != nil {
+		return err
+	}
+
+	setMemoryLimit(cfg, log)
+	rcv, err := newReceiver(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	srv, err := newWebServer(f, rcv, log)
+	if err != nil {
+		_ = rcv.Close()
+		return err
+	}
+	return serve(ctx, f, cfg, rcv, srv, sim, log)
+}
+
+// receiverConfig returns the receiver's configuration from the spool,
+// ingest and dead-letter flags and the ingest credentials.
+func receiverConfig(f *flags, sec secrets, log *slog.Logger) receiver.Config {
+	return receiver.Config{
 		SpoolDir:          f.spoolDir,
 		SpoolMaxBytes:     int64(f.spoolMaxBytes),
 		SpoolSegmentBytes: int64(f.spoolSegmentBytes),
 		Ingest: rtld.IngestConfig{
-			Username:        username,
-			Password:        password,
+			Username:        sec.rtldUsername,
+			Password:        sec.rtldPassword,
 			MaxBodyBytes:    int64(f.maxBodyBytes),
 			MaxDecodedBytes: int64(f.maxDecodedBytes),
 			MaxInFlight:     f.maxInFlight,
@@ -270,60 +306,52 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		GapGrace:           f.gapGrace,
 		Logger:             log,
 	}
-	if cfg.LogMetrics, err = f.logMetrics.config(); err != nil {
-		return err
-	}
+}
 
-	p := f.platform
-	var clientID, clientSecret string
-	var sim *simulation
-	if f.simulate {
-		if sim, err = startSimulation(f, log); err != nil {
-			return err
-		}
-		defer sim.Close()
-		p.APIURL, p.AuthURL, f.publicURL = sim.apiURL, sim.apiURL, sim.publicURL
-		clientID, clientSecret = sim.clientID, sim.clientSecret
-		if len(cfg.EnvironmentIDs) == 0 {
-			cfg.EnvironmentIDs = sim.environmentIDs
-		}
-		if cfg.Ingest.Username == "" || cfg.Ingest.Password == "" {
-			cfg.Ingest.Username, cfg.Ingest.Password = "edgepipe-sim", randomSecret()
-		}
-	}
+// completeConfig checks the ingest credentials and adds the sinks and the
+// platform's parts (registration, reconciliation) to cfg.
+func completeConfig(f *flags, cfg *receiver.Config, sec secrets, sim *simulation, log *slog.Logger) error {
 	if cfg.Ingest.Username == "" || cfg.Ingest.Password == "" {
 		return errors.New("EDGEPIPE_RTLD_USERNAME and EDGEPIPE_RTLD_PASSWORD (or --rtld.password-file) must be set: every batch is checked against them")
 	}
-	if cfg.Kafka, err = kafkaConfig(f, kafkaUsername, kafkaPassword, log); err != nil {
+	var err error
+	if cfg.Kafka, err = kafkaConfig(f, sec.kafkaUsername, sec.kafkaPassword, log); err != nil {
 		return err
 	}
 	if err := checkRecordLimit(f); err != nil {
 		return err
 	}
-	if cfg.ClickHouse, err = clickhouseConfig(f, chPassword); err != nil {
+	if cfg.ClickHouse, err = clickhouseConfig(f, sec.clickhousePassword); err != nil {
 		return err
 	}
-	if err := platformConfig(f, &cfg, sim != nil, clientID, clientSecret, log); err != nil {
-		return err
-	}
+	return platformConfig(f, cfg, sim, log)
+}
 
-	setMemoryLimit(cfg, log)
+// newReceiver creates the receiver, checks what its sinks can only check
+// by connecting (for at most 30 s), and registers the build info.
+func newReceiver(ctx context.Context, cfg receiver.Config) (*receiver.Receiver, error) {
 	rcv, err := receiver.New(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	checkCtx, cancelCheck := context.WithTimeout(ctx, 30*time.Second)
 	err = rcv.Check(checkCtx)
 	cancelCheck()
 	if err != nil {
 		_ = rcv.Close()
-		return err
+		return nil, err
 	}
 	if err := rcv.Registry().Register(cli.BuildInfo("rtld-receiver")); err != nil {
 		_ = rcv.Close()
-		return fmt.Errorf("build info: %w", err)
+		return nil, fmt.Errorf("build info: %w", err)
 	}
-	srv, err := f.web.NewServer(cli.Site{
+	return rcv, nil
+}
+
+// newWebServer returns the web server of rcv's handler, its metrics and
+// the landing page, with the --web.* flags.
+func newWebServer(f *flags, rcv *receiver.Receiver, log *slog.Logger) (*cli.Server, error) {
+	return f.web.NewServer(cli.Site{
 		Landing: web.LandingConfig{
 			Name:        "edgepipe rtld-receiver",
 			Description: "Receives the CDN platform's real-time access logs (POST /ingest/{environment_id}, HTTP basic auth) and delivers every record to Kafka and ClickHouse.",
@@ -344,14 +372,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			MaxHeaderBytes:    64 << 10,
 		},
 	}, log)
-	if err != nil {
-		_ = rcv.Close()
-		return err
-	}
+}
 
-	// Shutdown stops taking batches first (the web server, then the
-	// simulator's ingest listener, each waiting for the batches in flight),
-	// then the workers, which close the sinks and the spool.
+// serve runs the web server, the simulator's ingest listener (sim, when
+// not nil) and the receiver until ctx is done or one of them stops.
+//
+// Shutdown stops taking batches first (the web server, then the
+// simulator's ingest listener, each waiting for the batches in flight),
+// then the workers, which close the sinks and the spool.
+func serve(ctx context.Context, f *flags, cfg receiver.Config, rcv *receiver.Receiver, srv *cli.Server, sim *simulation, log *slog.Logger) error {
 	var g rungroup.Group
 	g.Add(cli.ContextActor(ctx))
 	g.Add(srv.Actor(15 * time.Second))
@@ -370,7 +399,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log.Info("rtld receiver started", "spool", f.spoolDir, "environments", len(cfg.EnvironmentIDs),
 		"kafka", cfg.Kafka != nil, "kafka_tls", f.kafkaTLS, "kafka_sasl", f.kafkaSASLMechanism, "clickhouse", cfg.ClickHouse != nil, "clickhouse_cluster", f.clickhouseCluster, "register", f.register, "reconcile", cfg.Reconcile != nil, "simulate", f.simulate,
 		"log_metrics", cfg.LogMetrics != nil, "log_metrics_labels", f.logMetrics.labels)
-	err = g.Run()
+	err := g.Run()
 	if err == nil {
 		err = runErr
 	}
@@ -409,39 +438,21 @@ func (f *flags) readSecrets() (secrets, error) {
 
 // platformConfig sets up what the receiver asks the platform for: the
 // profiles it registers (--register) and the Metrics API it reconciles
-// with (--reconcile.delay), on one client that follows the platform's clock.
+// with (--reconcile.delay), on one client that follows the platform's clock
+// and uses the simulator's credentials when sim is not nil.
 // Without --register, reconciliation needs --api.url and the API
 // credentials, and is turned off (with a warning) when they are missing.
-func platformConfig(f *flags, cfg *receiver.Config, simulated bool, clientID, clientSecret string, log *slog.Logger) error {
+func platformConfig(f *flags, cfg *receiver.Config, sim *simulation, log *slog.Logger) error {
 	p := f.platform
 	reconciling := f.reconcile.delay > 0
+	var clientID, clientSecret string
+	var err error
 	if f.register {
-		if len(cfg.EnvironmentIDs) == 0 {
-			return errors.New("--environment-id is required to register profiles (or --no-register)")
-		}
-		if p.APIURL == "" {
-			return errors.New("--api.url (or EDGEPIPE_API_URL) is required to register profiles (or --no-register)")
-		}
-		if !simulated {
-			var err error
-			if clientID, clientSecret, err = p.Credentials(); err != nil {
-				return fmt.Errorf("%w; they are needed to register profiles (or --no-register)", err)
-			}
-		}
-		if !strings.HasPrefix(f.publicURL, "https://") {
-			return errors.New("--public-url must be an https URL the platform can reach (the platform posts only to https)")
+		if clientID, clientSecret, err = registrationCredentials(f, cfg.EnvironmentIDs, sim); err != nil {
+			return err
 		}
 	} else if reconciling {
-		var err error
-		switch {
-		case p.APIURL == "":
-			err = errors.New("no --api.url")
-		case len(cfg.EnvironmentIDs) == 0:
-			err = errors.New("no --environment-id")
-		case !simulated:
-			clientID, clientSecret, err = p.Credentials()
-		}
-		if err != nil {
+		if clientID, clientSecret, err = reconciliationCredentials(f, cfg.EnvironmentIDs, sim); err != nil {
 			log.Info("log delivery is not checked against the Metrics API", "reason", err)
 			reconciling = false
 		}
@@ -457,14 +468,8 @@ func platformConfig(f *flags, cfg *receiver.Config, simulated bool, clientID, cl
 	}
 	cfg.ProfileAPI = client.RTLD()
 	if f.register {
-		percent, err := f.reconcile.downsamplingPercent()
-		if err != nil {
+		if cfg.Registrar, err = registrarConfig(f, cfg); err != nil {
 			return err
-		}
-		cfg.Registrar = &rtld.RegistrarConfig{
-			EnvironmentIDs: cfg.EnvironmentIDs, ProfileName: f.profileName, PublicURL: strings.TrimRight(f.publicURL, "/"),
-			Username: cfg.Ingest.Username, Password: cfg.Ingest.Password, Fields: cli.SplitList(f.fields),
-			Interval: f.registerInterval, DownsamplingPercent: percent,
 		}
 	}
 	if reconciling {
@@ -472,6 +477,59 @@ func platformConfig(f *flags, cfg *receiver.Config, simulated bool, clientID, cl
 		cfg.WatchInterval = f.registerInterval
 	}
 	return nil
+}
+
+// apiCredentials returns the API client's credentials: the simulator's
+// when sim is not nil, or else those of cli.Platform.
+func apiCredentials(f *flags, sim *simulation) (id, secret string, err error) {
+	if sim != nil {
+		return sim.clientID, sim.clientSecret, nil
+	}
+	return f.platform.Credentials()
+}
+
+// registrationCredentials checks what registering profiles in the
+// environments envs needs and returns the API client's credentials.
+func registrationCredentials(f *flags, envs []string, sim *simulation) (id, secret string, err error) {
+	if len(envs) == 0 {
+		return "", "", errors.New("--environment-id is required to register profiles (or --no-register)")
+	}
+	if f.platform.APIURL == "" {
+		return "", "", errors.New("--api.url (or EDGEPIPE_API_URL) is required to register profiles (or --no-register)")
+	}
+	if id, secret, err = apiCredentials(f, sim); err != nil {
+		return "", "", fmt.Errorf("%w; they are needed to register profiles (or --no-register)", err)
+	}
+	if !strings.HasPrefix(f.publicURL, "https://") {
+		return "", "", errors.New("--public-url must be an https URL the platform can reach (the platform posts only to https)")
+	}
+	return id, secret, nil
+}
+
+// reconciliationCredentials returns the API client's credentials for
+// reconciling the environments envs without registering profiles, or
+// why reconciliation cannot run.
+func reconciliationCredentials(f *flags, envs []string, sim *simulation) (id, secret string, err error) {
+	switch {
+	case f.platform.APIURL == "":
+		return "", "", errors.New("no --api.url")
+	case len(envs) == 0:
+		return "", "", errors.New("no --environment-id")
+	}
+	return apiCredentials(f, sim)
+}
+
+// registrarConfig returns the profile registrar's configuration.
+func registrarConfig(f *flags, cfg *receiver.Config) (*rtld.RegistrarConfig, error) {
+	percent, err := f.reconcile.downsamplingPercent()
+	if err != nil {
+		return nil, err
+	}
+	return &rtld.RegistrarConfig{
+		EnvironmentIDs: cfg.EnvironmentIDs, ProfileName: f.profileName, PublicURL: strings.TrimRight(f.publicURL, "/"),
+		Username: cfg.Ingest.Username, Password: cfg.Ingest.Password, Fields: cli.SplitList(f.fields),
+		Interval: f.registerInterval, DownsamplingPercent: percent,
+	}, nil
 }
 
 // checkRecordLimit refuses a record limit Kafka could never take: a record

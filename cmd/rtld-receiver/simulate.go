@@ -18,6 +18,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/cli"
 	"github.com/edgepipe/edgepipe/internal/platformsim"
+	"github.com/edgepipe/edgepipe/internal/rtld/receiver"
 )
 
 // defaultSimTrafficScale is the default of --simulate.traffic-scale: the
@@ -77,6 +78,20 @@ func startSimulation(f *flags, log *slog.Logger) (*simulation, error) {
 	}
 	log.Info("simulate: platform simulator running", "api_url", apiURL, "ingest_url", s.publicURL, "environments", len(envs))
 	return s, nil
+}
+
+// configure points the platform flags and the receiver's configuration at
+// the simulator: its API, its ingest listener as the public URL, its
+// environments when no --environment-id is given, and generated ingest
+// credentials when none are set.
+func (s *simulation) configure(f *flags, cfg *receiver.Config) {
+	f.platform.APIURL, f.platform.AuthURL, f.publicURL = s.apiURL, s.apiURL, s.publicURL
+	if len(cfg.EnvironmentIDs) == 0 {
+		cfg.EnvironmentIDs = s.environmentIDs
+	}
+	if cfg.Ingest.Username == "" || cfg.Ingest.Password == "" {
+		cfg.Ingest.Username, cfg.Ingest.Password = "edgepipe-sim", randomSecret()
+	}
 }
 
 // simulatedEnvironments are the simulator's environments --simulate

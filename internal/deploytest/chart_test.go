@@ -488,6 +488,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"spool size without binary unit", []string{"receiver.spool.size=10G"}, "receiver.spool.size"},
 		{"dead-letter bound not a size", []string{"receiver.deadLetter.maxBytes=lots"}, "maxBytes"},
 		{"Kafka message limit not a size", []string{"receiver.kafka.maxMessageBytes=1M"}, "maxMessageBytes"},
+		{"Kafka write timeout not a duration", []string{"receiver.kafka.writeTimeout=30"}, "writeTimeout"},
 		// A spool smaller than two segments with room for the largest batch
 		// would answer 503 forever.
 		{"spool too small for the largest batch", []string{"receiver.spool.size=50Mi"}, "too small for batches of up to receiver.ingest.maxDecodedBytes=32MiB"},

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	kafkasink "github.com/edgepipe/edgepipe/internal/sinks/kafka"
 )
 
 // TestChartKafkaSecurity checks the receiver's Kafka TLS and SASL settings:
@@ -122,4 +124,27 @@ credentials:
 			}
 		}
 	})
+}
+
+// TestChartKafkaWriteTimeout checks receiver.kafka.writeTimeout: by default
+// the receiver's own default, a value set passed on as --kafka.write-timeout
+// (TestChartRejectsBadValues has one that is not a duration).
+func TestChartKafkaWriteTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name, values, want string
+	}{
+		{"default", "receiver:\n  kafka:\n    brokers: kafka:9092\n", kafkasink.DefaultWriteTimeout.String()},
+		{"set", "receiver:\n  kafka:\n    brokers: kafka:9092\n    writeTimeout: 1m30s\n", "1m30s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			values := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(values, []byte(tc.values), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c := workloadOf(t, render(t, values), "StatefulSet", "ci-edgepipe-receiver").Spec.Template.Spec.Containers[0]
+			if v, ok := c.argValue("--kafka.write-timeout"); !ok || v != tc.want {
+				t.Errorf("--kafka.write-timeout = %q (rendered: %v), want %q", v, ok, tc.want)
+			}
+		})
+	}
 }

@@ -171,6 +171,28 @@ func baseURL(r *http.Request) string {
 	return scheme + "://" + r.Host
 }
 
+// handleList serves a page (spec 2.1) of the list at path of the children
+// of the parent (a kind of object) that the required query parameter param
+// names: items returns the list for the parent's ID, or false when no
+// parent has it (404).
+func handleList(w http.ResponseWriter, r *http.Request, path, param, parent string, items func(id string) ([]any, bool)) {
+	pg, size, ok := pagination(w, r)
+	if !ok {
+		return
+	}
+	id := r.URL.Query().Get(param)
+	if id == "" {
+		writeError(w, http.StatusBadRequest, "missing_parameter", "Bad Request", param+" is required.", detail(param, "missing"))
+		return
+	}
+	list, ok := items(id)
+	if !ok {
+		notFound(w, parent, id)
+		return
+	}
+	writePage(w, r, "PaginatedList", path, param, id, pg, size, list)
+}
+
 // writePage writes items[page*size:…] in the paginated envelope.
 func writePage(w http.ResponseWriter, r *http.Request, typ, path, keyName, keyValue string, pg, size int, items []any) {
 	total := len(items)
@@ -218,46 +240,30 @@ func writePage(w http.ResponseWriter, r *http.Request, typ, path, keyName, keyVa
 }
 
 func (s *Server) handleProperties(w http.ResponseWriter, r *http.Request) {
-	pg, size, ok := pagination(w, r)
-	if !ok {
-		return
-	}
-	org := r.URL.Query().Get("organization_id")
-	if org == "" {
-		writeError(w, http.StatusBadRequest, "missing_parameter", "Bad Request", "organization_id is required.", detail("organization_id", "missing"))
-		return
-	}
-	if org != s.w().org.ID {
-		notFound(w, "organization", org)
-		return
-	}
-	var items []any
-	for _, p := range s.w().properties {
-		items = append(items, propJSON(p))
-	}
-	writePage(w, r, "PaginatedList", accountsBase+"/properties", "organization_id", org, pg, size, items)
+	handleList(w, r, accountsBase+"/properties", "organization_id", "organization", func(org string) ([]any, bool) {
+		if org != s.w().org.ID {
+			return nil, false
+		}
+		var items []any
+		for _, p := range s.w().properties {
+			items = append(items, propJSON(p))
+		}
+		return items, true
+	})
 }
 
 func (s *Server) handleEnvironments(w http.ResponseWriter, r *http.Request) {
-	pg, size, ok := pagination(w, r)
-	if !ok {
-		return
-	}
-	prop := r.URL.Query().Get("property_id")
-	if prop == "" {
-		writeError(w, http.StatusBadRequest, "missing_parameter", "Bad Request", "property_id is required.", detail("property_id", "missing"))
-		return
-	}
-	wd := s.w()
-	if _, ok := wd.propByID[prop]; !ok {
-		notFound(w, "property", prop)
-		return
-	}
-	var items []any
-	for _, e := range wd.envs {
-		if e.PropertyID == prop {
-			items = append(items, envJSON(e))
+	handleList(w, r, accountsBase+"/environments", "property_id", "property", func(prop string) ([]any, bool) {
+		wd := s.w()
+		if _, ok := wd.propByID[prop]; !ok {
+			return nil, false
 		}
-	}
-	writePage(w, r, "PaginatedList", accountsBase+"/environments", "property_id", prop, pg, size, items)
+		var items []any
+		for _, e := range wd.envs {
+			if e.PropertyID == prop {
+				items = append(items, envJSON(e))
+			}
+		}
+		return items, true
+	})
 }

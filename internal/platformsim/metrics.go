@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"mime"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -529,6 +530,30 @@ type injected struct{ badValues, malformedRows int }
 // for edge latencies, origin requests for origin latencies), which keeps them
 // ordered by P and response time ≥ TTFB.
 func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte, injected) {
+	fields := q.fields()
+	gr := newGrouping(q)
+	bs := buckets(q.g, q.start, q.end, at)
+	groups := s.aggregate(q, gr, bs, at)
+	seconds := bucketOf(q.g).Seconds()
+	if !gr.withTime {
+		seconds *= float64(len(bs))
+	}
+	s.mu.Lock()
+	seed := s.rng.Uint64()
+	f := s.faults
+	s.mu.Unlock()
+	rw := &rowWriter{s: s, q: q, faults: f, rng: rand.New(rand.NewPCG(seed, 7)), seconds: seconds, width: len(fields)}
+	rows := make([][]byte, 0, len(groups.order))
+	for _, key := range groups.order {
+		rows = append(rows, rw.row(key, groups.byKey[key]))
+	}
+	rw.rng.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
+	return fields, rows, rw.inj
+}
+
+// fields returns the data fields of the answer to q: its dimensions, then
+// its metrics.
+func (q *dataQuery) fields() []dataField {
 	ds := q.ds
 	var fields []dataField
 	for _, d := range q.dims {
@@ -539,154 +564,201 @@ func (s *Server) execute(q *dataQuery, at time.Time) ([]dataField, [][]byte, inj
 		md := ds.Metrics[ds.metricI[m]]
 		fields = append(fields, dataField{Name: m, Description: md.Description, DataType: md.Type})
 	}
-	// Optional filters by label position.
-	type lf struct {
-		pos  int
-		vals map[string]bool
-	}
-	var lfs []lf
+	return fields
+}
+
+// grouping is how execute groups the leaves of a query's buckets: by the
+// dimensions requested, keeping the leaves the label filters let through.
+type grouping struct {
+	withTime, withEnv bool
+	labelPos          []int // label index per requested non-time, non-env dimension
+	filters           []labelFilter
+}
+
+// labelFilter is an optional filter on the label at position pos.
+type labelFilter struct {
+	pos  int
+	vals map[string]bool
+}
+
+// newGrouping returns the grouping of q.
+func newGrouping(q *dataQuery) grouping {
+	var gr grouping
 	for name, vals := range q.filters {
 		if name == "environment_id" {
 			continue
 		}
-		for i, l := range ds.labels {
-			if l == name {
-				set := map[string]bool{}
-				for _, v := range vals {
-					set[v] = true
-				}
-				lfs = append(lfs, lf{i, set})
+		if i := slices.Index(q.ds.labels, name); i >= 0 {
+			set := map[string]bool{}
+			for _, v := range vals {
+				set[v] = true
 			}
+			gr.filters = append(gr.filters, labelFilter{i, set})
 		}
 	}
-	withTime, withEnv := false, false
-	var labelPos []int // label index per requested non-time, non-env dimension
 	for _, d := range q.dims {
 		switch d {
 		case "time":
-			withTime = true
+			gr.withTime = true
 		case "environment_id":
-			withEnv = true
+			gr.withEnv = true
 		default:
-			for i, l := range ds.labels {
-				if l == d {
-					labelPos = append(labelPos, i)
-				}
+			if i := slices.Index(q.ds.labels, d); i >= 0 {
+				gr.labelPos = append(gr.labelPos, i)
 			}
 		}
 	}
-	bs := buckets(q.g, q.start, q.end, at)
-	groups := map[string]*group{}
-	var order []string
+	return gr
+}
+
+// keep reports whether the leaf lv passes every label filter.
+func (gr *grouping) keep(lv *leaf) bool {
+	for _, f := range gr.filters {
+		if !f.vals[lv.labels[f.pos]] {
+			return false
+		}
+	}
+	return true
+}
+
+// key returns the key of the group of leaf lv of environment env's bucket
+// t, written with kb.
+func (gr *grouping) key(kb *strings.Builder, t time.Time, env int, lv *leaf) string {
+	kb.Reset()
+	if gr.withTime {
+		kb.WriteString(strconv.FormatInt(t.Unix(), 10))
+	}
+	kb.WriteByte(0)
+	if gr.withEnv {
+		kb.WriteString(strconv.Itoa(env))
+	}
+	for _, p := range gr.labelPos {
+		kb.WriteByte(0)
+		kb.WriteString(lv.labels[p])
+	}
+	return kb.String()
+}
+
+// groupSet holds the groups of an answer by key, in the order they were
+// first seen.
+type groupSet struct {
+	byKey map[string]*group
+	order []string
+}
+
+// aggregate adds up the leaves of the buckets bs of every environment of q
+// (a repeated environment counts once) into the groups of gr.
+func (s *Server) aggregate(q *dataQuery, gr grouping, bs []time.Time, at time.Time) groupSet {
+	groups := groupSet{byKey: map[string]*group{}}
 	seen := map[int]bool{}
 	var kb strings.Builder
 	for _, env := range q.envIdx {
-		if seen[env] { // a repeated environment counts once
+		if seen[env] {
 			continue
 		}
 		seen[env] = true
 		for _, t := range bs {
 			b := s.bucket(q.w, env, q.g, t, at)
-		leaves:
-			for _, lv := range b.leaves(ds.Name) {
-				for _, f := range lfs {
-					if !f.vals[lv.labels[f.pos]] {
-						continue leaves
-					}
+			for _, lv := range b.leaves(q.ds.Name) {
+				if gr.keep(&lv) {
+					groups.add(gr.key(&kb, t, env, &lv), t, env, &lv, gr.labelPos)
 				}
-				kb.Reset()
-				if withTime {
-					kb.WriteString(strconv.FormatInt(t.Unix(), 10))
-				}
-				kb.WriteByte(0)
-				if withEnv {
-					kb.WriteString(strconv.Itoa(env))
-				}
-				for _, p := range labelPos {
-					kb.WriteByte(0)
-					kb.WriteString(lv.labels[p])
-				}
-				key := kb.String()
-				g := groups[key]
-				if g == nil {
-					g = &group{t: t, env: env}
-					for _, p := range labelPos {
-						g.labels = append(g.labels, lv.labels[p])
-					}
-					groups[key] = g
-					order = append(order, key)
-				}
-				g.cell.add(&lv.cell)
 			}
 		}
 	}
-	seconds := bucketOf(q.g).Seconds()
-	if !withTime {
-		seconds *= float64(len(bs))
+	return groups
+}
+
+// add adds leaf lv of environment env's bucket t to the group key,
+// creating it with the labels at labelPos.
+func (gs *groupSet) add(key string, t time.Time, env int, lv *leaf, labelPos []int) {
+	g := gs.byKey[key]
+	if g == nil {
+		g = &group{t: t, env: env}
+		for _, p := range labelPos {
+			g.labels = append(g.labels, lv.labels[p])
+		}
+		gs.byKey[key] = g
+		gs.order = append(gs.order, key)
 	}
-	s.mu.Lock()
-	seed := s.rng.Uint64()
-	f := s.faults
-	s.mu.Unlock()
-	rng := rand.New(rand.NewPCG(seed, 7))
-	badRate := f.BadValueRate
-	var inj injected
-	rows := make([][]byte, 0, len(order))
-	for _, key := range order {
-		g := groups[key]
-		asStrings := s.cfg.Numbers == NumbersAsStrings ||
-			(s.cfg.Numbers == NumbersMixed && s.hash.s("strings").s(key).u() < 1.0/7)
-		num := func(b []byte, v string) []byte {
-			if asStrings {
-				return strconv.AppendQuote(b, v)
-			}
-			return append(b, v...)
-		}
-		row := make([]byte, 0, 64+16*len(fields))
-		row = append(row, '[')
-		lastComma := -1 // where the row's last value starts, less one
-		li := 0
-		for i, d := range q.dims {
-			if i > 0 {
-				lastComma = len(row)
-				row = append(row, ',')
-			}
-			switch d {
-			case "time":
-				row = strconv.AppendQuote(row, g.t.UTC().Format(time.RFC3339))
-			case "environment_id":
-				row = strconv.AppendQuote(row, q.w.envs[g.env].ID)
-			default:
-				v := g.labels[li]
-				li++
-				if ds.Dimensions[ds.dimI[d]].Type == "NUMBER" {
-					row = num(row, v)
-				} else {
-					row = strconv.AppendQuote(row, v)
-				}
-			}
-		}
-		for i, m := range q.metrics {
-			if i > 0 || len(q.dims) > 0 {
-				lastComma = len(row)
-				row = append(row, ',')
-			}
-			if f.BadValues != "" && rng.Float64() < badRate && (f.BadValues != BadNegative || strings.HasSuffix(m, "_total")) {
-				row = append(row, f.BadValues.literal()...)
-				inj.badValues++
-				continue
-			}
-			row = appendNumber(row, m, g.cell.value(m, seconds), asStrings)
-		}
-		row = append(row, ']')
-		if f.MalformedRowRate > 0 && rng.Float64() < f.MalformedRowRate {
-			row = malformed(row, lastComma, rng.IntN(3))
-			inj.malformedRows++
-		}
-		rows = append(rows, row)
+	g.cell.add(&lv.cell)
+}
+
+// rowWriter encodes the rows of one answer to q, injecting the data faults
+// with rng and counting them in inj.
+type rowWriter struct {
+	s       *Server
+	q       *dataQuery
+	faults  Faults
+	rng     *rand.Rand
+	seconds float64 // the seconds per-second rates are over
+	width   int     // values per row
+	inj     injected
+}
+
+// row encodes group g (of key key) as a data row.
+func (rw *rowWriter) row(key string, g *group) []byte {
+	s := rw.s
+	asStrings := s.cfg.Numbers == NumbersAsStrings ||
+		(s.cfg.Numbers == NumbersMixed && s.hash.s("strings").s(key).u() < 1.0/7)
+	row := make([]byte, 0, 64+16*rw.width)
+	row = append(row, '[')
+	row, lastComma := rw.appendDimensions(row, g, asStrings)
+	row, lastComma = rw.appendMetrics(row, g, asStrings, lastComma)
+	row = append(row, ']')
+	if rw.faults.MalformedRowRate > 0 && rw.rng.Float64() < rw.faults.MalformedRowRate {
+		row = malformed(row, lastComma, rw.rng.IntN(3))
+		rw.inj.malformedRows++
 	}
-	rng.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
-	return fields, rows, inj
+	return row
+}
+
+// appendDimensions appends the values of g's dimensions and returns where
+// the last one starts, less one (-1 for one value or none).
+func (rw *rowWriter) appendDimensions(row []byte, g *group, asStrings bool) (_ []byte, lastComma int) {
+	q, ds := rw.q, rw.q.ds
+	lastComma = -1
+	li := 0
+	for i, d := range q.dims {
+		if i > 0 {
+			lastComma = len(row)
+			row = append(row, ',')
+		}
+		switch d {
+		case "time":
+			row = strconv.AppendQuote(row, g.t.UTC().Format(time.RFC3339))
+		case "environment_id":
+			row = strconv.AppendQuote(row, q.w.envs[g.env].ID)
+		default:
+			v := g.labels[li]
+			li++
+			if ds.Dimensions[ds.dimI[d]].Type == "NUMBER" && !asStrings {
+				row = append(row, v...)
+			} else {
+				row = strconv.AppendQuote(row, v)
+			}
+		}
+	}
+	return row, lastComma
+}
+
+// appendMetrics appends the values of g's metrics (or the bad values that
+// replace some) and returns where the last value starts, less one.
+func (rw *rowWriter) appendMetrics(row []byte, g *group, asStrings bool, lastComma int) ([]byte, int) {
+	q, f := rw.q, rw.faults
+	for i, m := range q.metrics {
+		if i > 0 || len(q.dims) > 0 {
+			lastComma = len(row)
+			row = append(row, ',')
+		}
+		if f.BadValues != "" && rw.rng.Float64() < f.BadValueRate && (f.BadValues != BadNegative || strings.HasSuffix(m, "_total")) {
+			row = append(row, f.BadValues.literal()...)
+			rw.inj.badValues++
+			continue
+		}
+		row = appendNumber(row, m, g.cell.value(m, rw.seconds), asStrings)
+	}
+	return row, lastComma
 }
 
 // malformed turns a row into a malformed one of the given kind: 0 drops its

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"regexp"
@@ -138,113 +139,26 @@ func (v *profileValidator) failed() bool { return len(v.details) > 0 }
 // client may echo back from a GET (@id, @type, id) are ignored; any other
 // unknown property is an error.
 func decodeProfile(body []byte, envKnown func(string) bool) (rtldProfile, *rtldError) {
-	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&raw); err != nil || raw == nil {
-		desc := "request body must be a JSON object"
-		if err != nil {
-			desc += ": " + err.Error()
-		}
-		return rtldProfile{}, badRequest(desc, rtldDetail{Source: "body", Description: desc})
-	}
-	if dec.More() {
-		return rtldProfile{}, badRequest("request body has data after the JSON object", rtldDetail{Source: "body", Description: "trailing data after the JSON object"})
+	raw, ferr := decodeObject(body)
+	if ferr != nil {
+		return rtldProfile{}, ferr
 	}
 	v := &profileValidator{}
-	var p rtldProfile
-
-	known := map[string]bool{"@id": true, "@type": true, "id": true, "environment_id": true, "profile_name": true,
-		"description": true, "enabled": true, "downsampling_percent": true, "fields": true, "custom_cookies": true,
-		"custom_request_headers": true, "custom_response_headers": true, "filters": true, "delivery_method": true,
-		"created_at": true, "updated_at": true}
-	keys := make([]string, 0, len(raw))
-	for k := range raw {
-		keys = append(keys, k)
+	v.unknownProperties(raw)
+	// Checked in this order (Go calls the literal's functions left to
+	// right), which is the order of the answer's details.
+	p := rtldProfile{
+		EnvironmentID:       v.environmentID(raw, envKnown),
+		Name:                v.profileName(raw),
+		Description:         v.description(raw),
+		Enabled:             v.enabled(raw),
+		DownsamplingPercent: v.downsamplingPercent(raw),
+		Fields:              v.fields(raw),
+		// custom_cookies, custom_request_headers, custom_response_headers.
+		CustomCookies:         v.customList(raw, "custom_cookies", nil),
+		CustomRequestHeaders:  v.customList(raw, "custom_request_headers", headerNameRE),
+		CustomResponseHeaders: v.customList(raw, "custom_response_headers", headerNameRE),
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !known[k] {
-			v.fail(k, "unknown property %q", k)
-		}
-	}
-
-	// environment_id: required, a UUID of a known environment.
-	if s, ok := v.requiredString(raw, "environment_id"); ok {
-		switch {
-		case !isUUID(s):
-			v.fail("environment_id", "must be a UUID")
-		case !envKnown(s):
-			v.fail("environment_id", "unknown environment %q", s)
-		default:
-			p.EnvironmentID = s
-		}
-	}
-	// profile_name: required, 1..36 characters.
-	if s, ok := v.requiredString(raw, "profile_name"); ok {
-		switch n := utf8.RuneCountInString(s); {
-		case strings.TrimSpace(s) == "":
-			v.fail("profile_name", "must not be empty")
-		case n > maxProfileName:
-			v.fail("profile_name", "must be at most %d characters (got %d)", maxProfileName, n)
-		default:
-			p.Name = s
-		}
-	}
-	// description: optional, 1..1024 characters.
-	if r, ok := present(raw, "description"); ok {
-		var s string
-		if json.Unmarshal(r, &s) != nil {
-			v.fail("description", "must be a string")
-		} else if n := utf8.RuneCountInString(s); n < 1 || n > maxDescription {
-			v.fail("description", "must be 1 to %d characters (got %d)", maxDescription, n)
-		} else {
-			p.Description = &s
-		}
-	}
-	// enabled: optional boolean, false when omitted.
-	if r, ok := present(raw, "enabled"); ok {
-		if json.Unmarshal(r, &p.Enabled) != nil {
-			v.fail("enabled", "must be a boolean")
-		}
-	}
-	// downsampling_percent: optional enum; null or omitted disables it.
-	if r, ok := present(raw, "downsampling_percent"); ok {
-		var f float64
-		switch {
-		case json.Unmarshal(r, &f) != nil:
-			v.fail("downsampling_percent", "must be a number")
-		case !slices.ContainsFunc(downsamplingValues, func(x float64) bool { return math.Abs(x-f) < 1e-9 }):
-			v.fail("downsampling_percent", "must be one of 0.1, 1, 25, 50, 75 (got %v)", f)
-		default:
-			p.DownsamplingPercent = &f
-		}
-	}
-	// fields: required, non-empty, unique, known codes.
-	if r, ok := present(raw, "fields"); !ok {
-		v.fail("fields", "is required")
-	} else if list, ok := v.stringList(r, "fields"); ok {
-		if len(list) == 0 {
-			v.fail("fields", "must contain at least one field code")
-		}
-		seen := map[string]bool{}
-		for i, code := range list {
-			src := fmt.Sprintf("fields[%d]", i)
-			switch {
-			case seen[code]:
-				v.fail(src, "duplicate field code %q", code)
-			case !isKnownField(code):
-				v.fail(src, "unknown field code %q (see GET /rtld/v1/accesslogs/fields)", code)
-			}
-			seen[code] = true
-		}
-		p.Fields = list
-	}
-	// custom_cookies, custom_request_headers, custom_response_headers.
-	p.CustomCookies = v.customList(raw, "custom_cookies", nil)
-	p.CustomRequestHeaders = v.customList(raw, "custom_request_headers", headerNameRE)
-	p.CustomResponseHeaders = v.customList(raw, "custom_response_headers", headerNameRE)
-	// filters.
 	if r, ok := present(raw, "filters"); ok {
 		p.Filters = v.filters(r)
 	}
@@ -258,6 +172,151 @@ func decodeProfile(body []byte, envKnown func(string) bool) (rtldProfile, *rtldE
 		return rtldProfile{}, badRequest("the profile is invalid", v.details...)
 	}
 	return p, nil
+}
+
+// decodeObject decodes a body that must be one JSON object, keeping its
+// numbers as they are written.
+func decodeObject(body []byte) (map[string]json.RawMessage, *rtldError) {
+	var raw map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil || raw == nil {
+		desc := "request body must be a JSON object"
+		if err != nil {
+			desc += ": " + err.Error()
+		}
+		return nil, badRequest(desc, rtldDetail{Source: "body", Description: desc})
+	}
+	if dec.More() {
+		return nil, badRequest("request body has data after the JSON object", rtldDetail{Source: "body", Description: "trailing data after the JSON object"})
+	}
+	return raw, nil
+}
+
+// profileProperties are the properties of a profile a body may hold.
+var profileProperties = map[string]bool{"@id": true, "@type": true, "id": true, "environment_id": true, "profile_name": true,
+	"description": true, "enabled": true, "downsampling_percent": true, "fields": true, "custom_cookies": true,
+	"custom_request_headers": true, "custom_response_headers": true, "filters": true, "delivery_method": true,
+	"created_at": true, "updated_at": true}
+
+// unknownProperties fails every property of raw a profile does not have,
+// in name order.
+func (v *profileValidator) unknownProperties(raw map[string]json.RawMessage) {
+	for _, k := range slices.Sorted(maps.Keys(raw)) {
+		if !profileProperties[k] {
+			v.fail(k, "unknown property %q", k)
+		}
+	}
+}
+
+// environmentID checks environment_id: required, a UUID of a known
+// environment.
+func (v *profileValidator) environmentID(raw map[string]json.RawMessage, envKnown func(string) bool) string {
+	s, ok := v.requiredString(raw, "environment_id")
+	if !ok {
+		return ""
+	}
+	switch {
+	case !isUUID(s):
+		v.fail("environment_id", "must be a UUID")
+	case !envKnown(s):
+		v.fail("environment_id", "unknown environment %q", s)
+	default:
+		return s
+	}
+	return ""
+}
+
+// profileName checks profile_name: required, 1..36 characters.
+func (v *profileValidator) profileName(raw map[string]json.RawMessage) string {
+	s, ok := v.requiredString(raw, "profile_name")
+	if !ok {
+		return ""
+	}
+	switch n := utf8.RuneCountInString(s); {
+	case strings.TrimSpace(s) == "":
+		v.fail("profile_name", "must not be empty")
+	case n > maxProfileName:
+		v.fail("profile_name", "must be at most %d characters (got %d)", maxProfileName, n)
+	default:
+		return s
+	}
+	return ""
+}
+
+// description checks description: optional, 1..1024 characters.
+func (v *profileValidator) description(raw map[string]json.RawMessage) *string {
+	r, ok := present(raw, "description")
+	if !ok {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(r, &s) != nil {
+		v.fail("description", "must be a string")
+	} else if n := utf8.RuneCountInString(s); n < 1 || n > maxDescription {
+		v.fail("description", "must be 1 to %d characters (got %d)", maxDescription, n)
+	} else {
+		return &s
+	}
+	return nil
+}
+
+// enabled checks enabled: optional boolean, false when omitted.
+func (v *profileValidator) enabled(raw map[string]json.RawMessage) bool {
+	var enabled bool
+	if r, ok := present(raw, "enabled"); ok {
+		if json.Unmarshal(r, &enabled) != nil {
+			v.fail("enabled", "must be a boolean")
+		}
+	}
+	return enabled
+}
+
+// downsamplingPercent checks downsampling_percent: optional enum; null or
+// omitted disables it.
+func (v *profileValidator) downsamplingPercent(raw map[string]json.RawMessage) *float64 {
+	r, ok := present(raw, "downsampling_percent")
+	if !ok {
+		return nil
+	}
+	var f float64
+	switch {
+	case json.Unmarshal(r, &f) != nil:
+		v.fail("downsampling_percent", "must be a number")
+	case !slices.ContainsFunc(downsamplingValues, func(x float64) bool { return math.Abs(x-f) < 1e-9 }):
+		v.fail("downsampling_percent", "must be one of 0.1, 1, 25, 50, 75 (got %v)", f)
+	default:
+		return &f
+	}
+	return nil
+}
+
+// fields checks fields: required, non-empty, unique, known codes.
+func (v *profileValidator) fields(raw map[string]json.RawMessage) []string {
+	r, ok := present(raw, "fields")
+	if !ok {
+		v.fail("fields", "is required")
+		return nil
+	}
+	list, ok := v.stringList(r, "fields")
+	if !ok {
+		return nil
+	}
+	if len(list) == 0 {
+		v.fail("fields", "must contain at least one field code")
+	}
+	seen := map[string]bool{}
+	for i, code := range list {
+		src := fmt.Sprintf("fields[%d]", i)
+		switch {
+		case seen[code]:
+			v.fail(src, "duplicate field code %q", code)
+		case !isKnownField(code):
+			v.fail(src, "unknown field code %q (see GET /rtld/v1/accesslogs/fields)", code)
+		}
+		seen[code] = true
+	}
+	return list
 }
 
 // present returns the raw value of key unless it is absent or null.
@@ -353,10 +412,19 @@ func validCookieName(s string) bool {
 	return true
 }
 
-func (v *profileValidator) filters(r json.RawMessage) *rtldFilters {
+// object decodes r as a JSON object, failing source when it is not one.
+func (v *profileValidator) object(r json.RawMessage, source string) (map[string]json.RawMessage, bool) {
 	var raw map[string]json.RawMessage
 	if json.Unmarshal(r, &raw) != nil || raw == nil {
-		v.fail("filters", "must be an object")
+		v.fail(source, "must be an object")
+		return nil, false
+	}
+	return raw, true
+}
+
+func (v *profileValidator) filters(r json.RawMessage) *rtldFilters {
+	raw, ok := v.object(r, "filters")
+	if !ok {
 		return nil
 	}
 	f := &rtldFilters{}
@@ -366,49 +434,61 @@ func (v *profileValidator) filters(r json.RawMessage) *rtldFilters {
 		}
 	}
 	if sr, ok := present(raw, "status_codes"); ok {
-		if list, ok := v.stringList(sr, "filters.status_codes"); ok {
-			if len(list) == 0 {
-				v.fail("filters.status_codes", "must not be empty")
-			}
-			for i, s := range list {
-				if !statusCodeRE.MatchString(s) {
-					v.fail(fmt.Sprintf("filters.status_codes[%d]", i), "%q is neither a status code (404) nor a class (2xx)", s)
-				}
-			}
-			f.StatusCodes = list
-		}
+		f.StatusCodes = v.statusCodes(sr)
 	}
 	if hr, ok := present(raw, "host_names"); ok {
-		var h map[string]json.RawMessage
-		if json.Unmarshal(hr, &h) != nil || h == nil {
-			v.fail("filters.host_names", "must be an object")
-		} else {
-			hn := &rtldHostNames{}
-			if nr, ok := present(h, "names"); !ok {
-				v.fail("filters.host_names.names", "is required")
-			} else if list, ok := v.stringList(nr, "filters.host_names.names"); ok {
-				if len(list) == 0 {
-					v.fail("filters.host_names.names", "must not be empty")
-				}
-				hn.Names = list
-			}
-			if c, ok := v.requiredStringAt(h, "condition", "filters.host_names.condition"); ok {
-				if c != "in" && c != "not_in" {
-					v.fail("filters.host_names.condition", "must be \"in\" or \"not_in\" (got %q)", c)
-				}
-				hn.Condition = c
-			}
-			f.HostNames = hn
-		}
+		f.HostNames = v.hostNames(hr)
 	}
 	return f
 }
 
+// statusCodes checks filters.status_codes: status codes (404) and classes
+// (2xx), at least one.
+func (v *profileValidator) statusCodes(r json.RawMessage) []string {
+	list, ok := v.stringList(r, "filters.status_codes")
+	if !ok {
+		return nil
+	}
+	if len(list) == 0 {
+		v.fail("filters.status_codes", "must not be empty")
+	}
+	for i, s := range list {
+		if !statusCodeRE.MatchString(s) {
+			v.fail(fmt.Sprintf("filters.status_codes[%d]", i), "%q is neither a status code (404) nor a class (2xx)", s)
+		}
+	}
+	return list
+}
+
+// hostNames checks filters.host_names: an object with the names (at least
+// one) and the condition, in or not_in.
+func (v *profileValidator) hostNames(r json.RawMessage) *rtldHostNames {
+	h, ok := v.object(r, "filters.host_names")
+	if !ok {
+		return nil
+	}
+	hn := &rtldHostNames{}
+	if nr, ok := present(h, "names"); !ok {
+		v.fail("filters.host_names.names", "is required")
+	} else if list, ok := v.stringList(nr, "filters.host_names.names"); ok {
+		if len(list) == 0 {
+			v.fail("filters.host_names.names", "must not be empty")
+		}
+		hn.Names = list
+	}
+	if c, ok := v.requiredStringAt(h, "condition", "filters.host_names.condition"); ok {
+		if c != "in" && c != "not_in" {
+			v.fail("filters.host_names.condition", "must be \"in\" or \"not_in\" (got %q)", c)
+		}
+		hn.Condition = c
+	}
+	return hn
+}
+
 func (v *profileValidator) delivery(r json.RawMessage) rtldDelivery {
 	var d rtldDelivery
-	var raw map[string]json.RawMessage
-	if json.Unmarshal(r, &raw) != nil || raw == nil {
-		v.fail("delivery_method", "must be an object")
+	raw, ok := v.object(r, "delivery_method")
+	if !ok {
 		return d
 	}
 	if t, ok := v.requiredStringAt(raw, "type", "delivery_method.type"); ok {
@@ -433,42 +513,50 @@ func (v *profileValidator) delivery(r json.RawMessage) rtldDelivery {
 		d.LogFormat = f
 	}
 	if ar, ok := present(raw, "authentication"); ok {
-		var a map[string]json.RawMessage
-		if json.Unmarshal(ar, &a) != nil || a == nil {
-			v.fail("delivery_method.authentication", "must be an object")
-			return d
-		}
-		t, ok := v.requiredStringAt(a, "type", "delivery_method.authentication.type")
-		if !ok {
-			return d
-		}
-		d.AuthType = t
-		switch t {
-		case authHTTPBasic:
-			if u, ok := v.requiredStringAt(a, "username", "delivery_method.authentication.username"); ok {
-				if u == "" || strings.Contains(u, ":") {
-					v.fail("delivery_method.authentication.username", "must be non-empty and contain no colon")
-				}
-				d.Username = u
-			}
-			if pw, ok := v.requiredStringAt(a, "password", "delivery_method.authentication.password"); ok {
-				if pw == "" {
-					v.fail("delivery_method.authentication.password", "must not be empty")
-				}
-				d.Password = pw
-			}
-		case authCustomAuthentication:
-			if tok, ok := v.requiredStringAt(a, "token", "delivery_method.authentication.token"); ok {
-				if tok == "" {
-					v.fail("delivery_method.authentication.token", "must not be empty")
-				}
-				d.Token = tok
-			}
-		default:
-			v.fail("delivery_method.authentication.type", "must be %q or %q (got %q)", authHTTPBasic, authCustomAuthentication, t)
-		}
+		v.authentication(ar, &d)
 	}
 	return d
+}
+
+// authentication checks delivery_method.authentication, an object of type
+// http_basic (username, password) or custom_authentication (token), and
+// sets it in d.
+func (v *profileValidator) authentication(r json.RawMessage, d *rtldDelivery) {
+	a, ok := v.object(r, "delivery_method.authentication")
+	if !ok {
+		return
+	}
+	t, ok := v.requiredStringAt(a, "type", "delivery_method.authentication.type")
+	if !ok {
+		return
+	}
+	d.AuthType = t
+	switch t {
+	case authHTTPBasic:
+		d.Username = v.nonEmpty(a, "username")
+		d.Password = v.nonEmpty(a, "password")
+	case authCustomAuthentication:
+		d.Token = v.nonEmpty(a, "token")
+	default:
+		v.fail("delivery_method.authentication.type", "must be %q or %q (got %q)", authHTTPBasic, authCustomAuthentication, t)
+	}
+}
+
+// nonEmpty checks that the authentication's key is a string that is not
+// empty (and, for the username, has no colon), and returns it.
+func (v *profileValidator) nonEmpty(a map[string]json.RawMessage, key string) string {
+	source := "delivery_method.authentication." + key
+	s, ok := v.requiredStringAt(a, key, source)
+	if !ok {
+		return ""
+	}
+	switch {
+	case key == "username" && (s == "" || strings.Contains(s, ":")):
+		v.fail(source, "must be non-empty and contain no colon")
+	case s == "":
+		v.fail(source, "must not be empty")
+	}
+	return s
 }
 
 func isKnownField(code string) bool {

@@ -246,25 +246,17 @@ func certJSON(c TLSCertificate) map[string]any {
 }
 
 func (s *Server) handleTLSCertificates(w http.ResponseWriter, r *http.Request) {
-	pg, size, ok := pagination(w, r)
-	if !ok {
-		return
-	}
-	id := r.URL.Query().Get("environment_id")
-	if id == "" {
-		writeError(w, http.StatusBadRequest, "missing_parameter", "Bad Request", "environment_id is required.", detail("environment_id", "missing"))
-		return
-	}
-	certs, ok := s.TLSCertificates(id)
-	if !ok {
-		notFound(w, "environment", id)
-		return
-	}
-	items := make([]any, len(certs))
-	for i, c := range certs {
-		items[i] = certJSON(c)
-	}
-	writePage(w, r, "PaginatedList", configBase+"/tls-certs", "environment_id", id, pg, size, items)
+	handleList(w, r, configBase+"/tls-certs", "environment_id", "environment", func(id string) ([]any, bool) {
+		certs, ok := s.TLSCertificates(id)
+		if !ok {
+			return nil, false
+		}
+		items := make([]any, len(certs))
+		for i, c := range certs {
+			items[i] = certJSON(c)
+		}
+		return items, true
+	})
 }
 
 func (s *Server) handleTLSCertificate(w http.ResponseWriter, r *http.Request) {

@@ -370,31 +370,22 @@ func (s *Store) Add(sink string, rejected []delivery.Rejection) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("creating the dead-letter directory of %s: %w", sink, err)
 	}
+	kept, err := s.writeFiles(dir, now, enc)
+	if err != nil {
+		return err
+	}
+	s.count(sink, letters, kept)
+	return nil
+}
+
+// writeFiles writes the first of the encoded letters enc that the store
+// has room for into new files of dir, and returns how many it wrote. When
+// it fails, it removes the files it wrote: the caller retries them all.
+func (s *Store) writeFiles(dir string, now time.Time, enc [][]byte) (kept int, err error) {
 	var written []string
-	kept, rescanned := 0, false
-	for kept < len(letters) {
-		// The next file: as many letters as fit in a file and in the store.
-		end, size := kept, fileBytes(nil)
-		for end < len(letters) {
-			next := size + int64(len(enc[end]))
-			if end > kept {
-				next += int64(len(",\n"))
-			}
-			if end > kept && next > maxFileBytes {
-				break
-			}
-			if s.used+next > s.opts.MaxBytes {
-				if !rescanned {
-					// A replay (another process) may have freed space.
-					rescanned = true
-					s.recount()
-					continue
-				}
-				break
-			}
-			size = next
-			end++
-		}
+	rescanned := false
+	for kept < len(enc) {
+		end := s.fill(enc, kept, &rescanned)
 		if end == kept {
 			break // the store is full
 		}
@@ -407,7 +398,7 @@ func (s *Store) Add(sink string, rejected []delivery.Rejection) error {
 				_ = os.Remove(p)
 			}
 			s.recount()
-			return err
+			return 0, err
 		}
 		written = append(written, filepath.Join(dir, name))
 		s.used += int64(len(data))
@@ -415,21 +406,55 @@ func (s *Store) Add(sink string, rejected []delivery.Rejection) error {
 	}
 	if len(written) > 0 {
 		if err := syncDir(dir); err != nil {
-			return err
+			return 0, err
 		}
 	}
+	return kept, nil
+}
+
+// fill returns the end of the letters of the next file, enc[kept:end]: as
+// many as fit in a file and in the store. When the store looks full, it
+// counts the files on disk once per Add (rescanned), since a replay
+// (another process) may have freed space.
+func (s *Store) fill(enc [][]byte, kept int, rescanned *bool) int {
+	end, size := kept, fileBytes(nil)
+	for end < len(enc) {
+		next := size + int64(len(enc[end]))
+		if end > kept {
+			next += int64(len(",\n"))
+		}
+		if end > kept && next > maxFileBytes {
+			break
+		}
+		if s.used+next > s.opts.MaxBytes {
+			if !*rescanned {
+				*rescanned = true
+				s.recount()
+				continue
+			}
+			break
+		}
+		size = next
+		end++
+	}
+	return end
+}
+
+// count counts the letters of sink stored (the first kept) and dropped,
+// and logs the drop.
+func (s *Store) count(sink string, letters []Letter, kept int) {
 	for _, l := range letters[:kept] {
 		s.stored.WithLabelValues(sink, l.Reason).Inc()
 	}
-	if kept < len(letters) {
-		for _, l := range letters[kept:] {
-			s.dropped.WithLabelValues(sink, l.Reason).Inc()
-		}
-		s.log.Error("rtld: dead-letter store is full; rejected records dropped for this sink (the other sink still has them)",
-			"sink", sink, "dropped", len(letters)-kept, "kept", kept, "used_bytes", s.used, "max_bytes", s.opts.MaxBytes,
-			"fix", "replay or remove dead letters (rtld-receiver dead-letter list/replay), or raise --dead-letter.max-bytes")
+	if kept == len(letters) {
+		return
 	}
-	return nil
+	for _, l := range letters[kept:] {
+		s.dropped.WithLabelValues(sink, l.Reason).Inc()
+	}
+	s.log.Error("rtld: dead-letter store is full; rejected records dropped for this sink (the other sink still has them)",
+		"sink", sink, "dropped", len(letters)-kept, "kept", kept, "used_bytes", s.used, "max_bytes", s.opts.MaxBytes,
+		"fix", "replay or remove dead letters (rtld-receiver dead-letter list/replay), or raise --dead-letter.max-bytes")
 }
 
 // recount sets used from the files on disk.

@@ -199,14 +199,9 @@ func New(cfg Config) (_ *Receiver, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("rtld receiver: invalid configuration: %w", err)
 	}
-	var lm *logmetrics.Metrics
-	if cfg.LogMetrics != nil {
-		lc := *cfg.LogMetrics
-		lc.Logger = cfg.Logger
-		var err error
-		if lm, err = logmetrics.New(lc); err != nil {
-			return nil, fmt.Errorf("rtld receiver: %w", err)
-		}
+	lm, err := newLogMetrics(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
@@ -216,29 +211,78 @@ func New(cfg Config) (_ *Receiver, err error) {
 	r.metrics = rtld.NewMetrics(r.reg)
 	r.delivered = delivery.NewMetrics(r.reg)
 	defer func() {
-		if err != nil { // close what was opened, newest first
-			var cerrs []error
-			if r.gaps != nil {
-				cerrs = append(cerrs, r.gaps.Close())
-			}
-			if r.reconcile != nil {
-				cerrs = append(cerrs, r.reconcile.Close())
-			}
-			if r.spool != nil {
-				cerrs = append(cerrs, r.spool.Close())
-			}
-			if cerr := errors.Join(append(cerrs, r.closeSinks())...); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("closing the parts opened: %w", cerr))
-			}
+		if err != nil {
+			err = r.closeOpened(err)
 		}
 	}()
 
+	if err := r.openSinks(); err != nil {
+		return nil, err
+	}
+	if cfg.Reconcile != nil {
+		if r.reconcile, err = r.newReconciler(); err != nil {
+			return nil, err
+		}
+	}
+	if len(r.sinks) == 0 {
+		r.log.Warn("rtld receiver: no sink configured (--kafka.brokers, --clickhouse.dsn): batches are spooled, counted and then discarded")
+	}
+	if err := r.openStores(); err != nil {
+		return nil, err
+	}
+	if err := r.newIngest(lm); err != nil {
+		return nil, err
+	}
+	if err := r.newRegistrar(); err != nil {
+		return nil, err
+	}
+	r.handler = r.routes()
+	return r, nil
+}
+
+// newLogMetrics returns the live traffic metrics cfg.LogMetrics asks for,
+// or nil.
+func newLogMetrics(cfg Config) (*logmetrics.Metrics, error) {
+	if cfg.LogMetrics == nil {
+		return nil, nil
+	}
+	lc := *cfg.LogMetrics
+	lc.Logger = cfg.Logger
+	lm, err := logmetrics.New(lc)
+	if err != nil {
+		return nil, fmt.Errorf("rtld receiver: %w", err)
+	}
+	return lm, nil
+}
+
+// closeOpened closes what New opened before it failed with err, newest
+// first, and returns err with whatever closing reported.
+func (r *Receiver) closeOpened(err error) error {
+	var cerrs []error
+	if r.gaps != nil {
+		cerrs = append(cerrs, r.gaps.Close())
+	}
+	if r.reconcile != nil {
+		cerrs = append(cerrs, r.reconcile.Close())
+	}
+	if r.spool != nil {
+		cerrs = append(cerrs, r.spool.Close())
+	}
+	if cerr := errors.Join(append(cerrs, r.closeSinks())...); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("closing the parts opened: %w", cerr))
+	}
+	return err
+}
+
+// openSinks creates the configured Kafka and ClickHouse sinks.
+func (r *Receiver) openSinks() error {
+	cfg := r.cfg
 	if cfg.Kafka != nil {
 		kc := *cfg.Kafka
 		kc.Logger = cfg.Logger
 		k, err := kafkasink.New(kc)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r.sinks[SinkKafka] = k
 		r.closers = append(r.closers, k.Close)
@@ -248,48 +292,56 @@ func New(cfg Config) (_ *Receiver, err error) {
 		cc.Logger = cfg.Logger
 		c, err := logtable.New(cc)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		r.sinks[SinkClickHouse] = c
 		r.closers = append(r.closers, c.Close)
 		r.reg.MustRegister(c)
 	}
+	return nil
+}
+
+// spoolReaders returns the names of the spool's readers: the gap tracker,
+// every sink and the reconciliation when it counts the spool.
+func (r *Receiver) spoolReaders() []string {
 	readers := []string{rtld.GapReader}
 	for name := range r.sinks {
 		readers = append(readers, name)
 	}
-	if cfg.Reconcile != nil {
-		if r.reconcile, err = r.newReconciler(); err != nil {
-			return nil, err
-		}
-		if r.reconcile.CountsSpool() {
-			readers = append(readers, reconcile.SpoolReaderName)
-		}
+	if r.reconcile != nil && r.reconcile.CountsSpool() {
+		readers = append(readers, reconcile.SpoolReaderName)
 	}
-	if len(r.sinks) == 0 {
-		r.log.Warn("rtld receiver: no sink configured (--kafka.brokers, --clickhouse.dsn): batches are spooled, counted and then discarded")
-	}
+	return readers
+}
+
+// openStores opens the spool, the dead-letter store and the gap tracker's
+// state.
+func (r *Receiver) openStores() error {
+	cfg := r.cfg
 	sp, err := spool.Open(spool.Options{
 		Dir: cfg.SpoolDir, MaxBytes: cfg.SpoolMaxBytes, SegmentBytes: cfg.SpoolSegmentBytes,
 		MaxEntryBytes: rtld.SpoolEntryBytes(cfg.Ingest.MaxDecodedBytes),
-		Readers:       readers, Logger: cfg.Logger,
+		Readers:       r.spoolReaders(), Logger: cfg.Logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("opening the spool: %w", err)
+		return fmt.Errorf("opening the spool: %w", err)
 	}
 	r.spool = sp
 	r.reg.MustRegister(rtld.NewSpoolCollector(sp))
 	r.dead, err = deadletter.Open(deadletter.Options{Dir: filepath.Join(cfg.SpoolDir, deadletter.DirName), MaxBytes: cfg.DeadLetterMaxBytes,
 		Logger: cfg.Logger, Sinks: slices.Sorted(maps.Keys(r.sinks))})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	r.reg.MustRegister(r.dead.Collectors()...)
 	r.gaps, err = rtld.NewGapTracker(cfg.SpoolDir, cfg.GapGrace, r.metrics, cfg.Logger)
-	if err != nil {
-		return nil, err
-	}
+	return err
+}
 
+// newIngest creates the ingest source, restricted to cfg.EnvironmentIDs
+// and observed by the log metrics lm when not nil.
+func (r *Receiver) newIngest(lm *logmetrics.Metrics) error {
+	cfg := r.cfg
 	ic := cfg.Ingest
 	if len(cfg.EnvironmentIDs) > 0 && ic.AllowEnvironment == nil {
 		allowed := map[string]bool{}
@@ -302,37 +354,45 @@ func New(cfg Config) (_ *Receiver, err error) {
 		r.reg.MustRegister(lm)
 		ic.Observer = lm
 	}
-	if r.ingest, err = rtld.NewIngest(ic, sp, r.gaps, r.metrics, cfg.Logger); err != nil {
-		return nil, err
-	}
+	var err error
+	r.ingest, err = rtld.NewIngest(ic, r.spool, r.gaps, r.metrics, cfg.Logger)
+	return err
+}
 
-	if cfg.ProfileAPI != nil && cfg.Registrar != nil {
-		rc := *cfg.Registrar
-		rc.Logger = cfg.Logger
-		if cfg.LogMetrics != nil {
-			rc.Fields = withLogMetricsFields(rc.Fields, cfg.LogMetrics.Labels, cfg.Logger)
-		}
-		rc.Observer = newRegistrationMetrics(r.reg)
-		api := cfg.ProfileAPI
+// newRegistrar creates the profile registrar when the configuration has
+// one, or else the profile watch the reconciliation needs.
+func (r *Receiver) newRegistrar() error {
+	cfg := r.cfg
+	if cfg.ProfileAPI == nil || cfg.Registrar == nil {
 		if r.reconcile != nil {
-			api = r.reconcile.Tap(api)
-			rc.Fields = withTimestamp(rc.Fields, cfg.Logger)
+			r.watch = r.reconcile.Tap(cfg.ProfileAPI)
 		}
-		r.registrar, err = rtld.NewRegistrar(api, rc)
-		if err != nil {
-			return nil, err
-		}
-	} else if r.reconcile != nil {
-		r.watch = r.reconcile.Tap(cfg.ProfileAPI)
+		return nil
 	}
+	rc := *cfg.Registrar
+	rc.Logger = cfg.Logger
+	if cfg.LogMetrics != nil {
+		rc.Fields = withLogMetricsFields(rc.Fields, cfg.LogMetrics.Labels, cfg.Logger)
+	}
+	rc.Observer = newRegistrationMetrics(r.reg)
+	api := cfg.ProfileAPI
+	if r.reconcile != nil {
+		api = r.reconcile.Tap(api)
+		rc.Fields = withTimestamp(rc.Fields, cfg.Logger)
+	}
+	var err error
+	r.registrar, err = rtld.NewRegistrar(api, rc)
+	return err
+}
 
+// routes returns the receiver's HTTP handler.
+func (r *Receiver) routes() http.Handler {
 	mux := chi.NewRouter()
 	r.ingest.Register(mux)
 	mux.Handle("/metrics", promhttp.HandlerFor(r.reg, promhttp.HandlerOpts{Registry: r.reg}))
 	mux.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.Get("/readyz", r.ready)
-	r.handler = mux
-	return r, nil
+	return mux
 }
 
 // newReconciler completes the reconciliation's configuration from the

@@ -104,25 +104,50 @@ var Reasons = []string{ReasonForbidden, ReasonAPIError, ReasonCountsLost, Reason
 // coverage says whether the profile held one state through [b, e).
 func (h history) coverage(b, e time.Time) verdict {
 	bs, es := b.Unix(), e.Unix()
-	latest := int64(-1)
-	for _, s := range h {
-		latest = max(latest, s.To)
-	}
-	if latest < es {
+	if h.seenUntil() < es {
 		return verdict{wait: true, reason: ReasonProfileUnknown}
 	}
 	for _, s := range h {
 		if s.From <= bs && s.To >= es {
-			switch {
-			case !s.State.Delivering:
-				return verdict{reason: ReasonProfileDisabled}
-			case s.State.Filtered:
-				return verdict{reason: ReasonProfileFiltered}
-			}
-			return verdict{state: s.State}
+			return s.State.verdict()
 		}
 	}
 	// Not covered: the states around and within the bucket tell why.
+	states := h.statesAround(bs, es)
+	switch {
+	case len(states) < 2:
+		return verdict{reason: ReasonProfileUnknown}
+	case onlySampling(states):
+		return verdict{reason: ReasonSamplingChanged}
+	}
+	return verdict{reason: ReasonProfileChanged}
+}
+
+// seenUntil returns the latest moment (Unix seconds) the profile is known
+// at, -1 when never.
+func (h history) seenUntil() int64 {
+	latest := int64(-1)
+	for _, s := range h {
+		latest = max(latest, s.To)
+	}
+	return latest
+}
+
+// verdict is the verdict on a bucket through which the profile held state s.
+func (s ProfileState) verdict() verdict {
+	switch {
+	case !s.Delivering:
+		return verdict{reason: ReasonProfileDisabled}
+	case s.Filtered:
+		return verdict{reason: ReasonProfileFiltered}
+	}
+	return verdict{state: s}
+}
+
+// statesAround returns the distinct states of the segments that overlap
+// [bs, es] (Unix seconds), of the last to begin by bs and of the first to
+// last until es, in that order.
+func (h history) statesAround(bs, es int64) []ProfileState {
 	var states []ProfileState
 	add := func(s ProfileState) {
 		if !slices.Contains(states, s) {
@@ -147,13 +172,7 @@ func (h history) coverage(b, e time.Time) verdict {
 	if after >= 0 {
 		add(h[after].State)
 	}
-	switch {
-	case len(states) < 2:
-		return verdict{reason: ReasonProfileUnknown}
-	case onlySampling(states):
-		return verdict{reason: ReasonSamplingChanged}
-	}
-	return verdict{reason: ReasonProfileChanged}
+	return states
 }
 
 // onlySampling reports whether states differ in their share alone.

@@ -2,9 +2,7 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/edgepipe/edgepipe/internal/accesslog"
@@ -35,66 +33,50 @@ const saveInterval = 5 * time.Second
 // saving the state (then committing the reader) every saveInterval and at
 // the end.
 func (r *Reconciler) countSpool(ctx context.Context, rd SpoolReader) error {
-	entries := make(chan []spool.Entry)
-	readErr := make(chan error, 1)
-	readCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			es, err := rd.Next(readCtx, 256, 16<<20)
-			if err != nil {
-				readErr <- err
-				return
-			}
-			select {
-			case entries <- es:
-			case <-readCtx.Done():
-				readErr <- readCtx.Err()
-				return
-			}
-		}
-	}()
-	defer func() { cancel(); wg.Wait() }()
-	tick := time.NewTicker(saveInterval)
-	defer tick.Stop()
-	var last *spool.Position
-	persist := func() error {
-		saved, err := r.store.save()
-		if err != nil {
-			return err
-		}
-		if last != nil && last.Index <= saved {
-			if err := rd.Commit(*last); err != nil {
-				return fmt.Errorf("committing the reconcile reader: %w", err)
-			}
-			last = nil
-		}
-		return nil
+	c := &spoolCounter{r: r, rd: rd}
+	next := func(ctx context.Context) ([]spool.Entry, error) { return rd.Next(ctx, 256, 16<<20) }
+	if err := spool.Follow(ctx, next, saveInterval, c.count, c.save); err != nil {
+		return fmt.Errorf("reconcile: reading the spool: %w", err)
 	}
-	for {
-		select {
-		case es := <-entries:
-			for _, e := range es {
-				r.countEntry(e)
-				p := e.Next
-				last = &p
-			}
-		case <-tick.C:
-			if err := persist(); err != nil {
-				r.log.Error("reconcile: saving the record counts", "err", err)
-			}
-		case err := <-readErr:
-			if ctx.Err() != nil || errors.Is(err, spool.ErrClosed) {
-				if perr := persist(); perr != nil {
-					r.log.Error("reconcile: saving the record counts", "err", perr)
-				}
-				return nil
-			}
-			return fmt.Errorf("reconcile: reading the spool: %w", err)
-		}
+	return nil
+}
+
+// spoolCounter counts the entries of the reconcile reader rd.
+type spoolCounter struct {
+	r    *Reconciler
+	rd   SpoolReader
+	last *spool.Position // after the last entry counted, until committed
+}
+
+// count counts the entries es.
+func (c *spoolCounter) count(es []spool.Entry) {
+	for _, e := range es {
+		c.r.countEntry(e)
+		p := e.Next
+		c.last = &p
 	}
+}
+
+// save saves the counts, then commits the reader up to what they cover,
+// logging a failure (the next save tries again).
+func (c *spoolCounter) save() {
+	if err := c.persist(); err != nil {
+		c.r.log.Error("reconcile: saving the record counts", "err", err)
+	}
+}
+
+func (c *spoolCounter) persist() error {
+	saved, err := c.r.store.save()
+	if err != nil {
+		return err
+	}
+	if c.last != nil && c.last.Index <= saved {
+		if err := c.rd.Commit(*c.last); err != nil {
+			return fmt.Errorf("committing the reconcile reader: %w", err)
+		}
+		c.last = nil
+	}
+	return nil
 }
 
 // countEntry counts one spool entry.

@@ -279,6 +279,44 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
+	chOpts, err := cfg.driverOptions(dsn)
+	if err != nil {
+		return nil, err
+	}
+	database := chOpts.Auth.Database
+	if database == "" {
+		database = "default"
+	}
+	addr := strings.Join(chOpts.Addr, ",")
+
+	// The native handshake fails for a database that does not exist, so
+	// create it over a connection without one first.
+	if database != "default" && !cfg.readOnly {
+		if err := createDatabase(ctx, chOpts, addr, database); err != nil {
+			return nil, err
+		}
+	}
+	connOpts := *chOpts
+	connOpts.Auth.Database = database
+	if cfg.readOnly {
+		connOpts.Auth.Database = "" // it may not exist
+	}
+	db, err := connect(ctx, &connOpts, addr, database, cfg.log)
+	if err != nil {
+		if chOpts.Protocol == ch.HTTP {
+			err = httpUnsupported(ctx, &connOpts, addr, err)
+		}
+		return nil, err
+	}
+	db.cluster = cfg.cluster
+	db.options = chOpts
+	cfg.log.Debug("connected to ClickHouse", "addr", addr, "database", database, "version", db.version.String(), "cluster", cfg.cluster)
+	return db, nil
+}
+
+// driverOptions returns the driver's options for dsn with the Options of
+// Open applied.
+func (cfg *openConfig) driverOptions(dsn string) (*ch.Options, error) {
 	chOpts, err := ParseDSN(dsn)
 	if err != nil {
 		return nil, err
@@ -298,58 +336,46 @@ func Open(ctx context.Context, dsn string, opts ...Option) (*DB, error) {
 	if cfg.insertQuorum < 0 {
 		return nil, fmt.Errorf("ClickHouse insert quorum %d: want 0 or more", cfg.insertQuorum)
 	}
-	if cfg.cluster != "" || cfg.insertQuorum > 1 {
-		if chOpts.Settings == nil {
-			chOpts.Settings = ch.Settings{}
-		}
-		if cfg.cluster != "" {
-			// UInt64 settings reach every server version as sent.
-			chOpts.Settings["insert_distributed_sync"] = 1
-		}
-		if cfg.insertQuorum > 1 {
-			chOpts.Settings["insert_quorum"] = cfg.insertQuorum
-		}
-	}
-	database := chOpts.Auth.Database
-	if database == "" {
-		database = "default"
-	}
-	addr := strings.Join(chOpts.Addr, ",")
+	cfg.applySettings(chOpts)
+	return chOpts, nil
+}
 
-	// The native handshake fails for a database that does not exist, so
-	// create it over a connection without one first.
-	if database != "default" && !cfg.readOnly {
-		boot := *chOpts
-		boot.Auth.Database = ""
-		bootConn, err := ch.Open(&boot)
-		if err != nil {
-			return nil, fmt.Errorf("connect to ClickHouse at %s: %w", addr, err)
-		}
-		err = bootConn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(database))
-		_ = bootConn.Close()
-		if err != nil {
-			if chOpts.Protocol == ch.HTTP {
-				err = httpUnsupported(ctx, &boot, addr, err)
-			}
-			return nil, fmt.Errorf("create ClickHouse database %s at %s: %w", database, addr, err)
-		}
+// applySettings sets the settings inserts need on a cluster
+// (insert_distributed_sync) and with an insert quorum.
+func (cfg *openConfig) applySettings(chOpts *ch.Options) {
+	if cfg.cluster == "" && cfg.insertQuorum <= 1 {
+		return
 	}
-	connOpts := *chOpts
-	connOpts.Auth.Database = database
-	if cfg.readOnly {
-		connOpts.Auth.Database = "" // it may not exist
+	if chOpts.Settings == nil {
+		chOpts.Settings = ch.Settings{}
 	}
-	db, err := connect(ctx, &connOpts, addr, database, cfg.log)
+	if cfg.cluster != "" {
+		// UInt64 settings reach every server version as sent.
+		chOpts.Settings["insert_distributed_sync"] = 1
+	}
+	if cfg.insertQuorum > 1 {
+		chOpts.Settings["insert_quorum"] = cfg.insertQuorum
+	}
+}
+
+// createDatabase creates database, if it does not exist, on the server at
+// addr of chOpts, over a connection that selects no database.
+func createDatabase(ctx context.Context, chOpts *ch.Options, addr, database string) error {
+	boot := *chOpts
+	boot.Auth.Database = ""
+	bootConn, err := ch.Open(&boot)
+	if err != nil {
+		return fmt.Errorf("connect to ClickHouse at %s: %w", addr, err)
+	}
+	err = bootConn.Exec(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(database))
+	_ = bootConn.Close()
 	if err != nil {
 		if chOpts.Protocol == ch.HTTP {
-			err = httpUnsupported(ctx, &connOpts, addr, err)
+			err = httpUnsupported(ctx, &boot, addr, err)
 		}
-		return nil, err
+		return fmt.Errorf("create ClickHouse database %s at %s: %w", database, addr, err)
 	}
-	db.cluster = cfg.cluster
-	db.options = chOpts
-	cfg.log.Debug("connected to ClickHouse", "addr", addr, "database", database, "version", db.version.String(), "cluster", cfg.cluster)
-	return db, nil
+	return nil
 }
 
 // connect opens a pool with opts and reads the server's version.
@@ -462,6 +488,23 @@ func (db *DB) Exec(ctx context.Context, query string, args ...any) error {
 		return fmt.Errorf("ClickHouse %s: %w", firstWords(query), err)
 	}
 	return nil
+}
+
+// eachRow runs query and calls scan for each row of its answer (scan reads
+// the row with rows.Scan); the first error ends it.
+func (db *DB) eachRow(ctx context.Context, query string, scan func(rows driver.Rows) error) error {
+	rows, err := db.conn.Query(ctx, query)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			rows.Close()
+			return err
+		}
+	}
+	rows.Close() // before Err: closing reads the rest of the answer, errors included
+	return rows.Err()
 }
 
 // Insert writes rows into table (unqualified; the DSN's database) in one

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	ch "github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // Schema keeps the tables both programs write in shape, on a single server
@@ -562,44 +563,12 @@ func (s *Schema) read(ctx context.Context, db *DB, t *Table, st *nodeState) erro
 		quoted = append(quoted, QuoteString(n))
 	}
 	names := strings.Join(quoted, ", ")
-	tables := map[string]*tableInfo{}
-	rows, err := db.conn.Query(ctx, "SELECT name, engine, create_table_query, sorting_key, dependencies_table FROM system.tables WHERE database = "+database+" AND name IN ("+names+")")
-	if err != nil {
-		return fmt.Errorf("read tables of %s: %w", db.addr, err)
+	tables, err := readTables(ctx, db, database, names)
+	if err != nil || len(tables) == 0 {
+		return err
 	}
-	for rows.Next() {
-		var name string
-		ti := &tableInfo{columns: map[string]string{}}
-		if err := rows.Scan(&name, &ti.engine, &ti.create, &ti.sortingKey, &ti.dependents); err != nil {
-			rows.Close()
-			return fmt.Errorf("read tables of %s: %w", db.addr, err)
-		}
-		tables[name] = ti
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read tables of %s: %w", db.addr, err)
-	}
-	if len(tables) == 0 {
-		return nil
-	}
-	rows, err = db.conn.Query(ctx, "SELECT table, name, type FROM system.columns WHERE database = "+database+" AND table IN ("+names+")")
-	if err != nil {
-		return fmt.Errorf("read columns of %s: %w", db.addr, err)
-	}
-	for rows.Next() {
-		var table, name, typ string
-		if err := rows.Scan(&table, &name, &typ); err != nil {
-			rows.Close()
-			return fmt.Errorf("read columns of %s: %w", db.addr, err)
-		}
-		if ti := tables[table]; ti != nil {
-			ti.columns[name] = typ
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("read columns of %s: %w", db.addr, err)
+	if err := readColumns(ctx, db, database, names, tables); err != nil {
+		return err
 	}
 	st.local, st.dist = tables[local], nil
 	if cluster != "" {
@@ -607,20 +576,58 @@ func (s *Schema) read(ctx context.Context, db *DB, t *Table, st *nodeState) erro
 	}
 	readView(cluster, t, tables, st)
 	if cluster != "" && st.local != nil {
-		rows, err := db.conn.Query(ctx, "SELECT toUInt64(total_replicas), toUInt64(active_replicas) FROM system.replicas WHERE database = "+database+" AND table = "+QuoteString(local))
-		if err != nil {
-			return fmt.Errorf("read replicas of %s: %w", db.addr, err)
-		}
-		for rows.Next() {
-			if err := rows.Scan(&st.local.totalReplicas, &st.local.activeReplicas); err != nil {
-				rows.Close()
-				return fmt.Errorf("read replicas of %s: %w", db.addr, err)
+		return readReplicas(ctx, db, database, local, st.local)
+	}
+	return nil
+}
+
+// readTables reads the tables named (quoted, separated by commas) of the
+// database (quoted) on db's server.
+func readTables(ctx context.Context, db *DB, database, names string) (map[string]*tableInfo, error) {
+	tables := map[string]*tableInfo{}
+	err := db.eachRow(ctx, "SELECT name, engine, create_table_query, sorting_key, dependencies_table FROM system.tables WHERE database = "+database+" AND name IN ("+names+")",
+		func(rows driver.Rows) error {
+			var name string
+			ti := &tableInfo{columns: map[string]string{}}
+			if err := rows.Scan(&name, &ti.engine, &ti.create, &ti.sortingKey, &ti.dependents); err != nil {
+				return err
 			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("read replicas of %s: %w", db.addr, err)
-		}
+			tables[name] = ti
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("read tables of %s: %w", db.addr, err)
+	}
+	return tables, nil
+}
+
+// readColumns reads the columns of the tables named (quoted, separated by
+// commas) of the database (quoted) on db's server into tables.
+func readColumns(ctx context.Context, db *DB, database, names string, tables map[string]*tableInfo) error {
+	err := db.eachRow(ctx, "SELECT table, name, type FROM system.columns WHERE database = "+database+" AND table IN ("+names+")",
+		func(rows driver.Rows) error {
+			var table, name, typ string
+			if err := rows.Scan(&table, &name, &typ); err != nil {
+				return err
+			}
+			if ti := tables[table]; ti != nil {
+				ti.columns[name] = typ
+			}
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("read columns of %s: %w", db.addr, err)
+	}
+	return nil
+}
+
+// readReplicas reads how many replicas the replicated table local of the
+// database (quoted) has, and how many are active, into ti.
+func readReplicas(ctx context.Context, db *DB, database, local string, ti *tableInfo) error {
+	err := db.eachRow(ctx, "SELECT toUInt64(total_replicas), toUInt64(active_replicas) FROM system.replicas WHERE database = "+database+" AND table = "+QuoteString(local),
+		func(rows driver.Rows) error { return rows.Scan(&ti.totalReplicas, &ti.activeReplicas) })
+	if err != nil {
+		return fmt.Errorf("read replicas of %s: %w", db.addr, err)
 	}
 	return nil
 }
@@ -759,58 +766,78 @@ func ifNotExists(create string) string {
 // on one replica per shard. It reports whether it altered anything, and
 // what must wait.
 func (s *Schema) addLocalColumns(ctx context.Context, t *Table, states []*nodeState) (bool, []string) {
-	cluster := s.db.cluster
-	local := s.db.Table(t.LocalName(cluster))
+	local := s.db.Table(t.LocalName(s.db.cluster))
 	var waiting []string
 	changed := false
 	for _, shard := range shards(states) {
-		var holders []*nodeState
-		for _, n := range states {
-			if n.shard == shard && n.db != nil && n.local != nil {
-				holders = append(holders, n)
-			}
-		}
+		holders := holders(states, shard)
 		if len(holders) == 0 {
 			continue // createMissing could not reach the shard: already waiting
 		}
-		// Columns every live replica lacks are added; a column only some
-		// lack is an ALTER a replica has yet to apply.
-		var missing []Column
-		for _, c := range t.Columns {
-			lacking := 0
-			for _, h := range holders {
-				if _, ok := h.local.columns[c.Name]; !ok {
-					lacking++
-				}
-			}
-			switch lacking {
-			case 0:
-			case len(holders):
-				missing = append(missing, c)
-			default:
-				waiting = append(waiting, fmt.Sprintf("a replica of shard %d has not applied column %s yet", shard, c.Name))
-			}
-		}
+		missing, behind := missingColumns(t, holders, shard)
+		waiting = append(waiting, behind...)
 		if len(missing) == 0 {
 			continue
 		}
-		h := holders[0]
-		if cluster != "" && !s.db.version.HasReplicatedAlterLog() && h.local.activeReplicas < h.local.totalReplicas {
-			waiting = append(waiting, fmt.Sprintf("adding %s to shard %d waits until its %d replicas are all active (%d are): ClickHouse %s cannot restart a replica that missed more than two column changes",
-				strings.Join(columnNames(missing), ", "), shard, h.local.totalReplicas, h.local.activeReplicas, s.db.version))
-			continue
+		altered, wait := s.addShardColumns(ctx, local, shard, holders[0], missing)
+		changed = changed || altered
+		if wait != "" {
+			waiting = append(waiting, wait)
 		}
-		changed = true
-		stmt := addColumns(local, missing, h.local.sortingKey)
-		if err := h.db.Exec(ctx, stmt); err != nil {
-			if ErrorCode(err) != 341 { // UNFINISHED: done, the inactive replicas follow
-				waiting = append(waiting, fmt.Sprintf("add columns to %s on %s: %v", local, h.addr, err))
-				continue
-			}
-		}
-		s.log.Info("added columns to ClickHouse table", "table", local, "node", h.addr, "shard", shard, "columns", strings.Join(columnNames(missing), ","))
 	}
 	return changed, waiting
+}
+
+// holders returns the nodes of shard that were reached and hold the local
+// table.
+func holders(states []*nodeState, shard int) []*nodeState {
+	var out []*nodeState
+	for _, n := range states {
+		if n.shard == shard && n.db != nil && n.local != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// missingColumns returns the columns of t every live replica of shard (its
+// holders) lacks, to be added, and what waits for a column only some lack:
+// an ALTER a replica has yet to apply.
+func missingColumns(t *Table, holders []*nodeState, shard int) (missing []Column, waiting []string) {
+	for _, c := range t.Columns {
+		lacking := 0
+		for _, h := range holders {
+			if _, ok := h.local.columns[c.Name]; !ok {
+				lacking++
+			}
+		}
+		switch lacking {
+		case 0:
+		case len(holders):
+			missing = append(missing, c)
+		default:
+			waiting = append(waiting, fmt.Sprintf("a replica of shard %d has not applied column %s yet", shard, c.Name))
+		}
+	}
+	return missing, waiting
+}
+
+// addShardColumns adds the missing columns to the local table of shard on
+// its replica h. It reports whether it altered the table (or tried to),
+// and what must wait, if anything.
+func (s *Schema) addShardColumns(ctx context.Context, local string, shard int, h *nodeState, missing []Column) (changed bool, waiting string) {
+	if s.db.cluster != "" && !s.db.version.HasReplicatedAlterLog() && h.local.activeReplicas < h.local.totalReplicas {
+		return false, fmt.Sprintf("adding %s to shard %d waits until its %d replicas are all active (%d are): ClickHouse %s cannot restart a replica that missed more than two column changes",
+			strings.Join(columnNames(missing), ", "), shard, h.local.totalReplicas, h.local.activeReplicas, s.db.version)
+	}
+	stmt := addColumns(local, missing, h.local.sortingKey)
+	if err := h.db.Exec(ctx, stmt); err != nil {
+		if ErrorCode(err) != 341 { // UNFINISHED: done, the inactive replicas follow
+			return true, fmt.Sprintf("add columns to %s on %s: %v", local, h.addr, err)
+		}
+	}
+	s.log.Info("added columns to ClickHouse table", "table", local, "node", h.addr, "shard", shard, "columns", strings.Join(columnNames(missing), ","))
+	return true, ""
 }
 
 // addDistributedColumns adds to the Distributed table on every node the
@@ -824,15 +851,10 @@ func (s *Schema) addDistributedColumns(ctx context.Context, t *Table, states []*
 	for _, c := range t.Columns {
 		everywhere := true
 		for _, shard := range shards(states) {
-			has := false
-			for _, n := range states {
-				if n.shard == shard && n.db != nil && n.local != nil {
-					if _, ok := n.local.columns[c.Name]; ok {
-						has = true
-						break
-					}
-				}
-			}
+			has := slices.ContainsFunc(holders(states, shard), func(n *nodeState) bool {
+				_, ok := n.local.columns[c.Name]
+				return ok
+			})
 			everywhere = everywhere && has
 		}
 		if everywhere {

@@ -36,6 +36,7 @@ with.
 {{- if .Values.receiver.kafka.brokers }}
 - --kafka.topic={{ .Values.receiver.kafka.topic }}
 - --kafka.max-message-bytes={{ .Values.receiver.kafka.maxMessageBytes }}
+- --kafka.write-timeout={{ .Values.receiver.kafka.writeTimeout }}
 {{- with .Values.receiver.kafka.tls }}{{ if .enabled }}
 - --kafka.tls
 {{- if .secretName }}

@@ -101,13 +101,9 @@ type Sink struct {
 	mu      sync.Mutex
 	pending pending
 	closing bool
-	started bool
 	version uint64 // the last version written
 
-	wake   chan struct{}
-	done   chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
+	writer *clickhouse.Writer
 
 	// ensured holds what Schema.Ensure last left of each table; a table
 	// missing is ensured before its next write. Owned by the writer.
@@ -160,8 +156,7 @@ func New(cfg Config) (*Sink, error) {
 			Name: "edgepipe_clickhouse_inventory_write_errors_total",
 			Help: "Failed writes to the ClickHouse inventory tables (retried), by table and error class."}, []string{"table", "class"}),
 		pending: pending{byEnv: map[string]*certsChange{}},
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		writer:  clickhouse.NewWriter(),
 		ensured: map[string]ensured{},
 		sealed:  map[string]*insert{},
 	}
@@ -214,24 +209,10 @@ func (s *Sink) PublishCertificates(at time.Time, env string, certs, gone []inven
 	s.poke()
 }
 
-func (s *Sink) poke() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
+func (s *Sink) poke() { s.writer.Wake() }
 
 // Start starts the writer goroutine; Close stops it.
-func (s *Sink) Start() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return
-	}
-	s.started = true
-	s.ctx, s.cancel = context.WithCancel(context.Background())
-	go s.run()
-}
+func (s *Sink) Start() { s.writer.Start(s.run) }
 
 // Close stops taking changes, writes what is pending (retrying while ctx
 // allows), and stops the writer. Changes still pending when ctx ends are
@@ -239,39 +220,28 @@ func (s *Sink) Start() {
 func (s *Sink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
-	started := s.started
 	s.mu.Unlock()
-	if !started {
-		return nil
-	}
-	s.poke()
-	select {
-	case <-s.done:
-	case <-ctx.Done():
-		s.cancel()
-		<-s.done
-	}
-	s.cancel()
+	s.writer.Stop(ctx)
 	return nil
 }
 
 // run is the writer goroutine.
 func (s *Sink) run() {
-	defer close(s.done)
+	ctx := s.writer.Context()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = time.Second
 	bo.MaxInterval = s.cfg.RetryMax
 	for {
 		select {
-		case <-s.wake:
-		case <-s.ctx.Done():
+		case <-s.writer.Woken():
+		case <-ctx.Done():
 		}
 		err := s.writePending()
 		s.mu.Lock()
 		closing, empty := s.closing, s.pending.envs == nil && len(s.pending.byEnv) == 0
 		s.mu.Unlock()
 		switch {
-		case s.ctx.Err() != nil || (closing && empty):
+		case ctx.Err() != nil || (closing && empty):
 			if !empty {
 				s.log.Warn("ClickHouse inventory tables: changes not written at shutdown; the next start writes the inventory again")
 			}
@@ -287,7 +257,7 @@ func (s *Sink) run() {
 		select {
 		case <-time.After(bo.NextBackOff()):
 			s.poke()
-		case <-s.ctx.Done():
+		case <-ctx.Done():
 		}
 	}
 }
@@ -310,7 +280,7 @@ func (s *Sink) writePending() error {
 	if len(inserts) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.WriteTimeout)
+	ctx, cancel := context.WithTimeout(s.writer.Context(), s.cfg.WriteTimeout)
 	defer cancel()
 	schema, err := s.cfg.Schemas.Schema(ctx)
 	if err != nil {

@@ -89,7 +89,6 @@ type Sink struct {
 	queue       []*block
 	queuedRows  int
 	closing     bool
-	started     bool
 	inFlight    int
 	lastVersion uint64
 	// failedWrite is the batch of the last Write that failed and the
@@ -100,10 +99,7 @@ type Sink struct {
 		blk   *block
 	}
 
-	wake      chan struct{}
-	done      chan struct{}
-	writeCtx  context.Context
-	cancelAll context.CancelFunc
+	writer *clickhouse.Writer
 
 	dbMu   sync.Mutex
 	db     *clickhouse.DB
@@ -200,8 +196,7 @@ func NewSink(cfg SinkConfig) (*Sink, error) {
 		cfg:     cfg,
 		log:     cfg.Logger.With("sink", "clickhouse"),
 		metrics: m,
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
+		writer:  clickhouse.NewWriter(),
 		tables:  make(map[string]*tableState),
 	}
 	if cfg.Registerer != nil {
@@ -221,16 +216,7 @@ func (s *Sink) currentSchema() *clickhouse.Schema {
 }
 
 // Start starts the writer goroutine. Call Close to stop it.
-func (s *Sink) Start() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return
-	}
-	s.started = true
-	s.writeCtx, s.cancelAll = context.WithCancel(context.Background())
-	go s.run()
-}
+func (s *Sink) Start() { s.writer.Start(s.run) }
 
 // Close stops accepting batches, writes what is queued (retrying while ctx
 // allows), then stops the writer and closes the connection. Rows still
@@ -238,18 +224,8 @@ func (s *Sink) Start() {
 func (s *Sink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
-	started := s.started
 	s.mu.Unlock()
-	if started {
-		s.poke()
-		select {
-		case <-s.done:
-		case <-ctx.Done():
-			s.cancelAll()
-			<-s.done
-		}
-		s.cancelAll()
-	}
+	s.writer.Stop(ctx)
 	s.dbMu.Lock()
 	defer s.dbMu.Unlock()
 	if s.db != nil {
@@ -260,12 +236,7 @@ func (s *Sink) Close(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sink) poke() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
+func (s *Sink) poke() { s.writer.Wake() }
 
 // Publish queues the batch's rows for writing and returns at once. It never
 // blocks on ClickHouse; when the queue is full the batch is dropped and
@@ -380,7 +351,7 @@ func (s *Sink) QueuedRows() int {
 
 // run is the writer goroutine.
 func (s *Sink) run() {
-	defer close(s.done)
+	ctx := s.writer.Context()
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval = 250 * time.Millisecond
 	bo.MaxInterval = s.cfg.RetryMax
@@ -389,15 +360,15 @@ func (s *Sink) run() {
 		for len(s.queue) == 0 && !s.closing {
 			s.mu.Unlock()
 			select {
-			case <-s.wake:
-			case <-s.writeCtx.Done():
+			case <-s.writer.Woken():
+			case <-ctx.Done():
 			}
 			s.mu.Lock()
-			if s.writeCtx.Err() != nil {
+			if ctx.Err() != nil {
 				break
 			}
 		}
-		if len(s.queue) == 0 || s.writeCtx.Err() != nil {
+		if len(s.queue) == 0 || ctx.Err() != nil {
 			s.dropQueueLocked("shutdown")
 			s.mu.Unlock()
 			return
@@ -430,7 +401,7 @@ func (s *Sink) run() {
 		wait := bo.NextBackOff()
 		select {
 		case <-time.After(wait):
-		case <-s.writeCtx.Done():
+		case <-ctx.Done():
 		}
 	}
 }
@@ -455,7 +426,7 @@ const maxInsertRows = 200_000
 // writeAll writes the blocks, merged into one INSERT per dataset and column
 // set, and returns the blocks that could not be written (to retry).
 func (s *Sink) writeAll(items []*block) []*block {
-	db, err := s.connect(s.writeCtx)
+	db, err := s.connect(s.writer.Context())
 	if err != nil {
 		s.metrics.up.Set(0)
 		s.metrics.insertErrors.WithLabelValues("", "connect").Inc()
@@ -488,7 +459,7 @@ func (s *Sink) writeAll(items []*block) []*block {
 	for _, k := range order {
 		g := groups[k]
 		merged := mergeBlocks(g)
-		if err := s.writeBlock(s.writeCtx, db, merged); err != nil {
+		if err := s.writeBlock(s.writer.Context(), db, merged); err != nil {
 			s.metrics.up.Set(0)
 			class := clickhouse.ErrorClass(err)
 			s.metrics.insertErrors.WithLabelValues(merged.dataset, class).Inc()
