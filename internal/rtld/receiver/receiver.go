@@ -289,6 +289,13 @@ func New(cfg Config) (_ *Receiver, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Ingest recognises a resend of what the previous run spooled once the
+	// tracker has read it.
+	gapReader, err := sp.Reader(rtld.GapReader)
+	if err != nil {
+		return nil, err
+	}
+	r.gaps.Recover(gapReader.Committed().Index + sp.Stats().Readers[rtld.GapReader].Entries)
 
 	ic := cfg.Ingest
 	if len(cfg.EnvironmentIDs) > 0 && ic.AllowEnvironment == nil {
