@@ -88,9 +88,13 @@ func TestIngestStoresEachBatchOnce(t *testing.T) {
 					wg.Go(func() { postCopy(i) })
 				}
 				if fs.hold != nil {
-					// Fail the first copy once every copy arrived.
-					waitFor(t, func() bool { return testutil.ToFloat64(m.inFlight) == copies })
+					// Fail the first copy once every copy waits for it.
+					all := eventually(func() bool { return testutil.ToFloat64(m.inFlight) == copies })
 					close(fs.hold)
+					if !all {
+						wg.Wait()
+						t.Fatalf("the copies did not wait for the one being spooled: %d spooled", mem.len())
+					}
 				}
 				wg.Wait()
 			}
@@ -125,13 +129,14 @@ func TestIngestStoresEachBatchOnce(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+// eventually reports whether cond holds within 5 seconds.
+func eventually(cond func() bool) bool {
+	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("timed out")
+			return false
 		}
 		time.Sleep(time.Millisecond)
 	}
+	return true
 }
