@@ -421,10 +421,10 @@ func (r *Receiver) ready(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-// Close closes the sinks and the spool of a receiver whose Run was never
+// Close closes the sinks, the gap state and the spool of a receiver whose Run was never
 // called (Run closes them itself).
 func (r *Receiver) Close() error {
-	err := errors.Join(r.closeSinks(), r.spool.Close())
+	err := errors.Join(r.closeSinks(), r.gaps.Close(), r.spool.Close())
 	if r.reconcile != nil {
 		err = errors.Join(err, r.reconcile.Close())
 	}
