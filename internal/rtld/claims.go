@@ -141,3 +141,23 @@ func appendBatchKey(dst []byte, b *accesslog.Batch) []byte {
 	}
 	return binary.AppendVarint(dst, b.SeqNum)
 }
+
+// lazyTimer is a timer started when first waited on: most claims never
+// wait.
+type lazyTimer struct {
+	d time.Duration
+	t *time.Timer
+}
+
+func (l *lazyTimer) c() <-chan time.Time {
+	if l.t == nil {
+		l.t = time.NewTimer(l.d)
+	}
+	return l.t.C
+}
+
+func (l *lazyTimer) stop() {
+	if l.t != nil {
+		l.t.Stop()
+	}
+}

@@ -13,7 +13,7 @@ import (
 func claimAsync(ctx context.Context, g *GapTracker, b *accesslog.Batch) <-chan error {
 	out := make(chan error, 1)
 	go func() {
-		c, err := g.Claim(ctx, b)
+		c, err := g.Claim(ctx, b, time.Minute)
 		if err == nil {
 			c.Release(true)
 		}
@@ -55,12 +55,12 @@ func TestGapTrackerClaim(t *testing.T) {
 	g := newTestTracker(t)
 	b := idBatch("a", "20261123", 0)
 
-	if c, err := g.Claim(ctx, &accesslog.Batch{Format: accesslog.FormatJSONArray, SeqNum: accesslog.NoSeqNum}); c != nil || err != nil {
+	if c, err := g.Claim(ctx, &accesslog.Batch{Format: accesslog.FormatJSONArray, SeqNum: accesslog.NoSeqNum}, time.Minute); c != nil || err != nil {
 		t.Fatalf("a batch without identity: %v, %v; want no claim", c, err)
 	}
 
 	// The first copy fails: the waiting copy gets the claim.
-	c1, err := g.Claim(ctx, b)
+	c1, err := g.Claim(ctx, b, time.Minute)
 	if err != nil || c1 == nil {
 		t.Fatalf("first claim: %v, %v", c1, err)
 	}
@@ -71,13 +71,13 @@ func TestGapTrackerClaim(t *testing.T) {
 		t.Fatalf("the copy waiting for a failed one: %v, want the claim", err)
 	}
 	// It stored the batch (claimAsync released it as stored): a duplicate.
-	if _, err := g.Claim(ctx, b); !errors.Is(err, ErrDuplicate) {
+	if _, err := g.Claim(ctx, b, time.Minute); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("a copy of a stored batch the tracker has not read: %v, want ErrDuplicate", err)
 	}
 
 	// The first copy is stored: the waiting copy is a duplicate.
 	b1 := idBatch("a", "20261123", 1)
-	c2, err := g.Claim(ctx, b1)
+	c2, err := g.Claim(ctx, b1, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,15 +88,18 @@ func TestGapTrackerClaim(t *testing.T) {
 		t.Fatalf("the copy waiting for a stored one: %v, want ErrDuplicate", err)
 	}
 
-	// A copy waits no longer than its context.
+	// A copy waits no longer than it may, nor than its context.
 	b2 := idBatch("a", "20261123", 2)
-	c3, err := g.Claim(ctx, b2)
+	c3, err := g.Claim(ctx, b2, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := g.Claim(ctx, b2, 20*time.Millisecond); err == nil || errors.Is(err, ErrDuplicate) {
+		t.Fatalf("a copy that waited its time: %v, want an error that is not ErrDuplicate", err)
+	}
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	if _, err := g.Claim(short, b2); err == nil || errors.Is(err, ErrDuplicate) {
-		t.Fatalf("a copy whose context ended while waiting: %v, want an error that is not ErrDuplicate", err)
+	if _, err := g.Claim(short, b2, time.Minute); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a copy whose context ended while waiting: %v, want its context's error", err)
 	}
 	cancel()
 	c3.Release(false)
@@ -111,7 +114,7 @@ func TestGapTrackerClaim(t *testing.T) {
 		t.Fatalf("claims after the tracker read them: %d (%d stored), want none", all, stored)
 	}
 	for _, x := range []*accesslog.Batch{b, b1} {
-		if _, err := g.Claim(ctx, x); !errors.Is(err, ErrDuplicate) {
+		if _, err := g.Claim(ctx, x, time.Minute); !errors.Is(err, ErrDuplicate) {
 			t.Fatalf("seq %d after the tracker read it: %v, want ErrDuplicate", x.SeqNum, err)
 		}
 	}
@@ -119,7 +122,7 @@ func TestGapTrackerClaim(t *testing.T) {
 	// The tracker reads the entry before the claim is released: nothing
 	// is kept.
 	b3 := idBatch("a", "20261123", 3)
-	c4, err := g.Claim(ctx, b3)
+	c4, err := g.Claim(ctx, b3, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,13 +131,13 @@ func TestGapTrackerClaim(t *testing.T) {
 	if all, _ := g.claims.size(); all != 0 {
 		t.Fatalf("%d claims kept for a batch the tracker already read", all)
 	}
-	if _, err := g.Claim(ctx, b3); !errors.Is(err, ErrDuplicate) {
+	if _, err := g.Claim(ctx, b3, time.Minute); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("seq 3: %v, want ErrDuplicate", err)
 	}
 
 	// A stored claim the tracker never reads (an entry it cannot read) is
 	// dropped after claimTTL.
-	c5, err := g.Claim(ctx, idBatch("a", "20261123", 4))
+	c5, err := g.Claim(ctx, idBatch("a", "20261123", 4), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,9 +158,7 @@ func TestGapTrackerClaimBounds(t *testing.T) {
 	ctx := t.Context()
 	g := newTestTracker(t)
 	g.Recover(3)
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if _, err := g.Claim(short, idBatch("a", "20261123", 0)); err == nil || errors.Is(err, ErrDuplicate) {
+	if _, err := g.Claim(ctx, idBatch("a", "20261123", 0), 20*time.Millisecond); err == nil || errors.Is(err, ErrDuplicate) {
 		t.Fatalf("a claim before the tracker read the spool: %v, want an error", err)
 	}
 	pending := claimAsync(ctx, g, idBatch("a", "20261123", 0))
@@ -175,7 +176,7 @@ func TestGapTrackerClaimBounds(t *testing.T) {
 	g.claims.mu.Lock()
 	g.claims.stored = maxStoredClaims
 	g.claims.mu.Unlock()
-	if _, err := g.Claim(ctx, idBatch("a", "20261123", 1)); !errors.Is(err, errClaimsFull) {
+	if _, err := g.Claim(ctx, idBatch("a", "20261123", 1), time.Minute); !errors.Is(err, errClaimsFull) {
 		t.Fatalf("claim beyond the bound: %v, want errClaimsFull", err)
 	}
 }

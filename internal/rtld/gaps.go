@@ -232,34 +232,45 @@ func (g *GapTracker) Recover(end uint64) {
 
 // Claim claims batch b for spooling. It returns ErrDuplicate when b is
 // already spooled, by an earlier request or by a copy spooled concurrently
-// (Claim waits for that copy's outcome, until ctx ends). Otherwise the
-// caller spools b and calls Release on the claim with the outcome. Batches
-// without identity cannot be recognised: Claim returns a nil claim for them.
-func (g *GapTracker) Claim(ctx context.Context, b *accesslog.Batch) (*BatchClaim, error) {
+// (Claim waits for that copy's outcome, at most wait and until ctx ends).
+// Otherwise the caller spools b and calls Release on the claim with the
+// outcome. Batches without identity cannot be recognised: Claim returns a
+// nil claim for them.
+func (g *GapTracker) Claim(ctx context.Context, b *accesslog.Batch, wait time.Duration) (*BatchClaim, error) {
 	if !b.HasIdentity() {
 		return nil, nil
 	}
+	timer := lazyTimer{d: wait}
+	defer timer.stop()
 	g.mu.Lock()
 	recovered := g.recovered
 	g.mu.Unlock()
 	select {
 	case <-recovered:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("the gap tracker is still reading the spool after the restart: %w", ctx.Err())
+	default:
+		select {
+		case <-recovered:
+		case <-timer.c():
+			return nil, fmt.Errorf("waited %s for the gap tracker to read the spool after the restart", wait)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	var buf [128]byte
 	key := appendBatchKey(buf[:0], b)
 	for {
-		c, wait, err := g.claims.claim(key)
+		c, other, err := g.claims.claim(key)
 		if err != nil {
 			return nil, err
 		}
-		if wait != nil {
+		if other != nil {
 			select {
-			case <-wait:
+			case <-other:
 				continue // the other copy's outcome is known: claim again
+			case <-timer.c():
+				return nil, fmt.Errorf("waited %s for another copy of the batch being spooled", wait)
 			case <-ctx.Done():
-				return nil, fmt.Errorf("another copy of the batch is being spooled: %w", ctx.Err())
+				return nil, ctx.Err()
 			}
 		}
 		// Checked after claiming: the tracker forgets a claim only after

@@ -165,7 +165,7 @@ type Spooler interface {
 // batch before spooling it (ErrDuplicate when it is already spooled, or was
 // by a copy posted concurrently), and counting a dropped duplicate.
 type DuplicateChecker interface {
-	Claim(ctx context.Context, b *accesslog.Batch) (*BatchClaim, error)
+	Claim(ctx context.Context, b *accesslog.Batch, wait time.Duration) (*BatchClaim, error)
 	CountDuplicate(env, agent string)
 }
 
@@ -368,9 +368,7 @@ func (in *Ingest) claim(ctx context.Context, w http.ResponseWriter, batch *acces
 	}
 	// A copy being spooled by another request is waited for as long as
 	// a slot or memory would be.
-	ctx, cancel := context.WithTimeout(ctx, in.cfg.QueueWait)
-	defer cancel()
-	claim, err := in.dups.Claim(ctx, batch)
+	claim, err := in.dups.Claim(ctx, batch, in.cfg.QueueWait)
 	switch {
 	case err == nil:
 		return claim, true
