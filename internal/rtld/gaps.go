@@ -32,8 +32,9 @@ const keepDays = 4
 const maxJump = 100_000
 
 // forgetAfter is how long after the grace period an agent that sends
-// nothing is forgotten.
-const forgetAfter = 24 * time.Hour
+// nothing is forgotten: longer than the platform resends a batch (it keeps
+// undeliverable data for 3 days), so that Seen recognises every resend.
+const forgetAfter = keepDays * 24 * time.Hour
 
 // stateFile is the gap tracker's state in the spool directory; legacyStateFile
 // is where releases before it kept the state (read once, then removed).
@@ -45,13 +46,16 @@ const (
 // GapTracker follows seq_num per (environment, profile, agent, datestamp)
 // (the platform counts seq_num per profile and agent): it counts
 // duplicates and, once a missing seq_num has stayed missing for the grace
-// period, a gap (a batch lost upstream). It also answers whether a batch was
-// already spooled, so ingest can acknowledge a platform retry without
-// storing it again.
+// period, a gap (a batch lost upstream). It also decides, for ingest,
+// whether a batch is already spooled (Claim), so that a platform retry is
+// acknowledged without being stored again: from its state, which follows
+// the spool a moment behind, and from the batches ingest is spooling or
+// has spooled since the tracker last read the spool.
 //
 // Its memory and state file stay small whatever agents send: missing and
 // lost seq_nums are kept as ranges, agents silent for longer than the grace
-// period plus a day are forgotten, and the state is written (in place, so a
+// period plus 4 days are forgotten, the batches spooled but not read yet
+// are bounded (maxStoredClaims), and the state is written (in place, so a
 // full disk does not stop it) only when it changed. Run it with Run and
 // Close it afterwards; it is safe for concurrent use.
 type GapTracker struct {
@@ -66,6 +70,11 @@ type GapTracker struct {
 	next   uint64 // spool index after the last observed entry
 	dirty  bool   // the state changed since it was saved
 	legacy bool   // the state came from legacyStateFile
+	// recovered is closed once next reaches recoverEnd (see Recover).
+	recovered  chan struct{}
+	recoverEnd uint64
+
+	claims batchClaims
 }
 
 type agentKey struct{ Env, Profile, Agent string }
@@ -92,7 +101,8 @@ func NewGapTracker(dir string, grace time.Duration, m *Metrics, log *slog.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	g := &GapTracker{grace: grace, dir: dir, metrics: m, log: log, agents: map[agentKey]*agentState{}}
+	g := &GapTracker{grace: grace, dir: dir, metrics: m, log: log, agents: map[agentKey]*agentState{}, recovered: make(chan struct{})}
+	close(g.recovered)
 	f, data, err := statefile.Open(filepath.Join(dir, stateFile), statefile.Options{Capacity: 32 << 10})
 	if err != nil {
 		return nil, fmt.Errorf("opening gap state: %w", err)
@@ -207,6 +217,72 @@ func (g *GapTracker) Seen(b *accesslog.Batch) bool {
 	return !d.Missing.contains(seq) && !d.Lost.contains(seq)
 }
 
+// Recover makes Claim wait until the tracker has read the spool up to
+// index end, the end of the spool as the receiver found it at start: until
+// then its state lacks what the previous run spooled after its last save,
+// and a resend of such a batch (stored, but its acknowledgement lost in the
+// crash) would be stored again. Call it before ingest is served.
+func (g *GapTracker) Recover(end uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.next < end {
+		g.recovered, g.recoverEnd = make(chan struct{}), end
+	}
+}
+
+// Claim claims batch b for spooling. It returns ErrDuplicate when b is
+// already spooled, by an earlier request or by a copy spooled concurrently
+// (Claim waits for that copy's outcome, at most wait and until ctx ends).
+// Otherwise the caller spools b and calls Release on the claim with the
+// outcome. Batches without identity cannot be recognised: Claim returns a
+// nil claim for them.
+func (g *GapTracker) Claim(ctx context.Context, b *accesslog.Batch, wait time.Duration) (*BatchClaim, error) {
+	if !b.HasIdentity() {
+		return nil, nil
+	}
+	timer := lazyTimer{d: wait}
+	defer timer.stop()
+	g.mu.Lock()
+	recovered := g.recovered
+	g.mu.Unlock()
+	select {
+	case <-recovered:
+	default:
+		select {
+		case <-recovered:
+		case <-timer.c():
+			return nil, fmt.Errorf("waited %s for the gap tracker to read the spool after the restart", wait)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	var buf [128]byte
+	key := appendBatchKey(buf[:0], b)
+	for {
+		c, other, err := g.claims.claim(key)
+		if err != nil {
+			return nil, err
+		}
+		if other != nil {
+			select {
+			case <-other:
+				continue // the other copy's outcome is known: claim again
+			case <-timer.c():
+				return nil, fmt.Errorf("waited %s for another copy of the batch being spooled", wait)
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		// Checked after claiming: the tracker forgets a claim only after
+		// its state holds the batch.
+		if g.Seen(b) {
+			c.Release(false)
+			return nil, ErrDuplicate
+		}
+		return c, nil
+	}
+}
+
 // CountDuplicate records a duplicate that ingest acknowledged without
 // spooling it.
 func (g *GapTracker) CountDuplicate(env, agent string) {
@@ -220,6 +296,8 @@ func (g *GapTracker) observe(b *accesslog.Batch, now time.Time) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	var buf [128]byte
+	g.claims.observed(appendBatchKey(buf[:0], b))
 	k := agentKey{b.EnvironmentID, b.ProfileID, b.AgentID}
 	a := g.agents[k]
 	if a == nil {
@@ -273,11 +351,13 @@ func (g *GapTracker) forgetOldDays(a *agentState) {
 }
 
 // sweep turns seq_nums missing for longer than the grace period into gaps,
-// forgets agents silent for longer than the grace period plus a day, and
-// updates the missing gauge.
+// forgets agents silent for longer than the grace period plus 4 days and
+// claims the tracker could not read within claimTTL, and updates the
+// missing gauge.
 func (g *GapTracker) sweep(now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.claims.expire(now)
 	var pending int64
 	cutoff := now.Add(-g.grace).Unix()
 	forget := now.Add(-g.grace - forgetAfter).Unix()
@@ -306,6 +386,17 @@ func (g *GapTracker) sweep(now time.Time) {
 		}
 	}
 	g.metrics.missing.Set(float64(pending))
+}
+
+// advance records that the tracker read the spool up to index next.
+func (g *GapTracker) advance(next uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.next = next
+	if g.recoverEnd > 0 && next >= g.recoverEnd {
+		close(g.recovered)
+		g.recoverEnd = 0
+	}
 }
 
 // SpoolReader is what the gap tracker needs from its spool cursor.
@@ -377,9 +468,7 @@ func (g *GapTracker) Run(ctx context.Context, r SpoolReader, interval time.Durat
 				} else {
 					g.log.Error("rtld: unreadable spool entry", "index", e.Index, "err", err)
 				}
-				g.mu.Lock()
-				g.next = e.Index + 1
-				g.mu.Unlock()
+				g.advance(e.Index + 1)
 				p := e.Next
 				last = &p
 			}

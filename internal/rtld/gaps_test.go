@@ -138,7 +138,9 @@ func TestGapTrackerForgetsSilentAgentsAndSavesOnlyChanges(t *testing.T) {
 	}
 	defer g.Close()
 	now := time.Now()
-	g.observe(idBatch("old", "20261123", 0), now.Add(-23*time.Hour))
+	// Silent for 4 days less an hour: kept as long as the platform may
+	// still resend its batches.
+	g.observe(idBatch("old", "20261123", 0), now.Add(-forgetAfter+time.Hour))
 	g.observe(idBatch("new", "20261123", 0), now)
 	path := filepath.Join(dir, stateFile)
 	if err := g.save(); err != nil {
@@ -146,7 +148,7 @@ func TestGapTrackerForgetsSilentAgentsAndSavesOnlyChanges(t *testing.T) {
 	}
 	st1, _ := os.Stat(path)
 	time.Sleep(20 * time.Millisecond)
-	g.sweep(now) // changes nothing: both agents within grace + a day
+	g.sweep(now) // changes nothing: both agents within grace + 4 days
 	if err := g.save(); err != nil {
 		t.Fatal(err)
 	}

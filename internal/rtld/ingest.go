@@ -161,10 +161,11 @@ type Spooler interface {
 	Full() bool
 }
 
-// DuplicateChecker is what ingest needs from the gap tracker: whether a
-// batch with identity was already spooled, and counting a dropped duplicate.
+// DuplicateChecker is what ingest needs from the gap tracker: claiming a
+// batch before spooling it (ErrDuplicate when it is already spooled, or was
+// by a copy posted concurrently), and counting a dropped duplicate.
 type DuplicateChecker interface {
-	Seen(b *accesslog.Batch) bool
+	Claim(ctx context.Context, b *accesslog.Batch, wait time.Duration) (*BatchClaim, error)
 	CountDuplicate(env, agent string)
 }
 
@@ -326,17 +327,15 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if in.dups != nil && batch.HasIdentity() && in.dups.Seen(batch) {
-		in.dups.CountDuplicate(env, batch.AgentID)
-		in.metrics.batches.WithLabelValues(StatusDuplicate).Inc()
-		in.metrics.records.WithLabelValues(StatusDuplicate).Add(float64(n))
-		in.metrics.bytes.WithLabelValues(StatusDuplicate).Add(float64(wire.n))
-		in.reply(w, http.StatusOK, map[string]any{"status": StatusDuplicate, "records": n})
+	claim, ok := in.claim(r.Context(), w, batch, wire.n)
+	if !ok {
 		return
 	}
 	// The batch is streamed into the spool straight from the request body
 	// its records alias: no second copy in memory.
-	if err := in.spool.AppendPayload(r.Context(), spooledBatch{batch}); err != nil {
+	err = in.spool.AppendPayload(r.Context(), spooledBatch{batch})
+	claim.Release(err == nil)
+	if err != nil {
 		switch {
 		case errors.Is(err, spool.ErrFull):
 			in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, wire.n, "spool is full, retry later")
@@ -358,6 +357,32 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	in.reply(w, http.StatusOK, map[string]any{"status": StatusAccepted, "records": n})
 	in.metrics.ackLatency.Observe(time.Since(start).Seconds())
+}
+
+// claim claims the batch's identity for spooling. When the batch is
+// already spooled, or cannot be checked in time, it answers the request
+// and reports false.
+func (in *Ingest) claim(ctx context.Context, w http.ResponseWriter, batch *accesslog.Batch, wire int64) (*BatchClaim, bool) {
+	if in.dups == nil || !batch.HasIdentity() {
+		return nil, true
+	}
+	// A copy being spooled by another request is waited for as long as
+	// a slot or memory would be.
+	claim, err := in.dups.Claim(ctx, batch, in.cfg.QueueWait)
+	switch {
+	case err == nil:
+		return claim, true
+	case errors.Is(err, ErrDuplicate):
+		n := len(batch.Records)
+		in.dups.CountDuplicate(batch.EnvironmentID, batch.AgentID)
+		in.metrics.batches.WithLabelValues(StatusDuplicate).Inc()
+		in.metrics.records.WithLabelValues(StatusDuplicate).Add(float64(n))
+		in.metrics.bytes.WithLabelValues(StatusDuplicate).Add(float64(wire))
+		in.reply(w, http.StatusOK, map[string]any{"status": StatusDuplicate, "records": n})
+	default:
+		in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, wire, "cannot check the batch for duplicates: "+err.Error()+"; retry later")
+	}
+	return nil, false
 }
 
 // spooledBatch streams a batch into the spool in accesslog's encoding.

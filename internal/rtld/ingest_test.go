@@ -63,8 +63,11 @@ func (m *memSpool) len() int { m.mu.Lock(); defer m.mu.Unlock(); return len(m.en
 
 type seenSet map[string]bool
 
-func (s seenSet) Seen(b *accesslog.Batch) bool {
-	return s[fmt.Sprint(b.EnvironmentID, b.AgentID, b.Datestamp, b.SeqNum)]
+func (s seenSet) Claim(_ context.Context, b *accesslog.Batch, _ time.Duration) (*BatchClaim, error) {
+	if s[fmt.Sprint(b.EnvironmentID, b.AgentID, b.Datestamp, b.SeqNum)] {
+		return nil, ErrDuplicate
+	}
+	return nil, nil
 }
 func (s seenSet) CountDuplicate(_, _ string) {}
 

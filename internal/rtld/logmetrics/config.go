@@ -5,7 +5,7 @@
 // set of record fields, within a series budget.
 //
 // Metrics is told about every batch ingest made durable (it is an
-// rtld.SpoolObserver) and counts each batch with an identity once, however
+// rtld.SpoolObserver), which is each batch with an identity once, however
 // often the platform resent it; it is a prometheus.Collector that builds the
 // counters at scrape time from the totals it holds.
 package logmetrics

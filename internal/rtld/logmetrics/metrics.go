@@ -21,7 +21,6 @@ const (
 	SeriesLimitName   = "edgepipe_rtld_log_metrics_series_limit"
 	DroppedName       = "edgepipe_rtld_log_metrics_dropped_records_total"
 	InvalidName       = "edgepipe_rtld_log_metrics_invalid_values_total"
-	DuplicatesName    = "edgepipe_rtld_log_metrics_duplicate_batches_total"
 )
 
 // budgetLogInterval is how often refused label sets are logged again while
@@ -44,19 +43,16 @@ type Metrics struct {
 
 	requests, respBytes, totalTime    *prometheus.Desc
 	seriesD, limitD, droppedD, invalD *prometheus.Desc
-	dupD                              *prometheus.Desc
 
 	scratch sync.Pool // *scratch
 
-	mu         sync.Mutex
-	envs       map[string]*envState
-	counted    countedBatches
-	held       int // series held, counted against cfg.MaxSeries
-	invalid    [numFields]uint64
-	duplicates uint64
-	nextRoll   time.Time
-	lastWarn   time.Time
-	unlogged   uint64 // refused records not logged yet
+	mu       sync.Mutex
+	envs     map[string]*envState
+	held     int // series held, counted against cfg.MaxSeries
+	invalid  [numFields]uint64
+	nextRoll time.Time
+	lastWarn time.Time
+	unlogged uint64 // refused records not logged yet
 }
 
 // envState is what Metrics holds for one environment.
@@ -146,26 +142,16 @@ func New(cfg Config) (*Metrics, error) {
 	m.invalD = prometheus.NewDesc(InvalidName,
 		"Record values the cdn_logs_* metrics could not use: a status_code not from 100 to 599 (counted as unknown), a bytes_out or total_time that is not a number of at least 0 (left out).",
 		[]string{"field"}, nil)
-	m.dupD = prometheus.NewDesc(DuplicatesName,
-		"Batches ingest stored again (a resend racing its first copy) that the cdn_logs_* metrics had already counted and skipped.", nil, nil)
 	m.scratch.New = func() any { return &scratch{} }
 	return m, nil
 }
 
-// ObserveSpooled counts the records of a batch ingest made durable, unless
-// the batch was counted before (see countedBatches). It implements
+// ObserveSpooled counts the records of a batch ingest made durable. Ingest
+// stores a batch with identity once however often the platform resends it
+// (see rtld.SpoolObserver), so every call counts. It implements
 // rtld.SpoolObserver.
 func (m *Metrics) ObserveSpooled(b *accesslog.Batch) {
 	now := m.now()
-	m.mu.Lock()
-	fresh := m.counted.add(b, now)
-	if !fresh {
-		m.duplicates++
-	}
-	m.mu.Unlock()
-	if !fresh {
-		return
-	}
 	s, _ := m.scratch.Get().(*scratch)
 	m.parse(b.Records, s)
 	m.mu.Lock()
@@ -325,7 +311,6 @@ func (m *Metrics) maybeRoll(now time.Time) {
 		}
 		m.expire(e, cutoff)
 	}
-	m.counted.forget(now)
 }
 
 // expire drops e's label sets without a record since cutoff (unix
@@ -347,7 +332,7 @@ func (m *Metrics) expire(e *envState, cutoff int64) {
 
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.requests, m.respBytes, m.totalTime, m.seriesD, m.limitD, m.droppedD, m.invalD, m.dupD} {
+	for _, d := range []*prometheus.Desc{m.requests, m.respBytes, m.totalTime, m.seriesD, m.limitD, m.droppedD, m.invalD} {
 		ch <- d
 	}
 }
@@ -381,7 +366,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		dropped[id] = e.dropped
 	}
-	held, invalid, dups := m.held, m.invalid, m.duplicates
+	held, invalid := m.held, m.invalid
 	m.mu.Unlock()
 
 	for _, s := range samples {
@@ -406,5 +391,4 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, f := range []field{fieldStatus, fieldBytes, fieldTime} {
 		ch <- prometheus.MustNewConstMetric(m.invalD, prometheus.CounterValue, float64(invalid[f]), fieldCodes[f])
 	}
-	ch <- prometheus.MustNewConstMetric(m.dupD, prometheus.CounterValue, float64(dups))
 }

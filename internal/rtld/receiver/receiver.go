@@ -335,7 +335,17 @@ func (r *Receiver) openStores() error {
 	}
 	r.reg.MustRegister(r.dead.Collectors()...)
 	r.gaps, err = rtld.NewGapTracker(cfg.SpoolDir, cfg.GapGrace, r.metrics, cfg.Logger)
-	return err
+	if err != nil {
+		return err
+	}
+	// Ingest recognises a resend of what the previous run spooled once the
+	// tracker has read it.
+	gapReader, err := sp.Reader(rtld.GapReader)
+	if err != nil {
+		return err
+	}
+	r.gaps.Recover(gapReader.Committed().Index + sp.Stats().Readers[rtld.GapReader].Entries)
+	return nil
 }
 
 // newIngest creates the ingest source, restricted to cfg.EnvironmentIDs
@@ -474,10 +484,10 @@ func (r *Receiver) ready(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("ok\n"))
 }
 
-// Close closes the sinks and the spool of a receiver whose Run was never
+// Close closes the sinks, the gap state and the spool of a receiver whose Run was never
 // called (Run closes them itself).
 func (r *Receiver) Close() error {
-	err := errors.Join(r.closeSinks(), r.spool.Close())
+	err := errors.Join(r.closeSinks(), r.gaps.Close(), r.spool.Close())
 	if r.reconcile != nil {
 		err = errors.Join(err, r.reconcile.Close())
 	}

@@ -33,15 +33,18 @@
 // The records are counted from the spool, by a reader of its own
 // (SpoolReaderName), not at ingest: what the spool made durable is exactly
 // what was acknowledged. Counts, the spool index counted up to, the batch
-// identities counted (so a batch spooled twice counts once) and the
-// decisions are saved together in one state file (package statefile: a
-// torn write leaves the previous content), and the reader commits only
-// positions a saved state covers. After SIGTERM or SIGKILL the entries
-// after the commit are read again and those below the saved index skipped:
-// each batch is counted exactly once, so a crash makes neither a false loss
-// nor a false 100%. What cannot be recovered is skipped as counts_lost: a
-// state file found damaged (every bucket before the restart), spool entries
-// found damaged (the buckets before them).
+// identities counted and the decisions are saved together in one state
+// file (package statefile: a torn write leaves the previous content), and
+// the reader commits only positions a saved state covers. After SIGTERM or
+// SIGKILL the entries after the commit are read again and those below the
+// saved index skipped: each batch is counted exactly once, so a crash makes
+// neither a false loss nor a false 100%. Ingest stores a batch with
+// identity once, but a spool can still hold two copies of one: written by
+// a release before that, or after the gap state (gaps.state) was lost, so
+// that ingest took a resend for a new batch; the identities counted make
+// the second copy count nothing. What cannot be recovered is skipped as
+// counts_lost: a state file found damaged (every bucket before the
+// restart), spool entries found damaged (the buckets before them).
 //
 // Decisions are saved before the counters move and the table rows are
 // written after, from saved state: after a crash a bucket is decided at
