@@ -1,6 +1,7 @@
 package rtld
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -166,15 +169,8 @@ func (g *GapTracker) save() error {
 	for k, a := range g.agents {
 		st.Agents = append(st.Agents, savedAgent{Env: k.Env, Profile: k.Profile, Agent: k.Agent, LastSeen: a.lastSeen, Days: a.days})
 	}
-	sort.Slice(st.Agents, func(i, j int) bool {
-		x, y := st.Agents[i], st.Agents[j]
-		if x.Env != y.Env {
-			return x.Env < y.Env
-		}
-		if x.Profile != y.Profile {
-			return x.Profile < y.Profile
-		}
-		return x.Agent < y.Agent
+	slices.SortFunc(st.Agents, func(x, y savedAgent) int {
+		return cmp.Or(strings.Compare(x.Env, y.Env), strings.Compare(x.Profile, y.Profile), strings.Compare(x.Agent, y.Agent))
 	})
 	data, err := json.Marshal(st)
 	g.dirty = false

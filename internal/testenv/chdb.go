@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"math/big"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -149,19 +148,7 @@ func (s *ChDBServer) start() error {
 }
 
 func (s *ChDBServer) ping(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.HTTPAddr()+"/ping", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("ping: %s", resp.Status)
-	}
-	return nil
+	return getOK(ctx, "http://"+s.HTTPAddr()+"/ping")
 }
 
 func (s *ChDBServer) logs() string { return fileTail(filepath.Join(s.dir, "server.log"), 4000) }

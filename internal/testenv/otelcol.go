@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -252,17 +251,8 @@ func otelCollectorConfig(opts OTelCollectorOptions, ports []int) ([]byte, error)
 
 func (c *OTelCollectorProcess) ready(ctx context.Context) error {
 	for _, u := range []string{c.healthURL, c.telemetryURL} {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-		if err != nil {
+		if err := getOK(ctx, u); err != nil {
 			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", u, resp.Status)
 		}
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,19 +196,7 @@ func prometheusConfig(jobs []ScrapeJob, outOfOrderWindow time.Duration) string {
 }
 
 func (p *PrometheusServer) ready(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"/-/ready", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/-/ready: %s", resp.Status)
-	}
-	return nil
+	return getOK(ctx, p.url+"/-/ready")
 }
 
 // API returns a client_golang API client for the server.

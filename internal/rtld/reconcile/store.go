@@ -1,11 +1,13 @@
 package reconcile
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -248,15 +250,8 @@ func (s *store) save() (uint64, error) {
 	for k, a := range s.agents {
 		st.Agents = append(st.Agents, savedAgent{Env: k.Env, Profile: k.Profile, Agent: k.Agent, LastSeen: a.lastSeen, Days: a.days})
 	}
-	sort.Slice(st.Agents, func(i, j int) bool {
-		x, y := st.Agents[i], st.Agents[j]
-		if x.Env != y.Env {
-			return x.Env < y.Env
-		}
-		if x.Profile != y.Profile {
-			return x.Profile < y.Profile
-		}
-		return x.Agent < y.Agent
+	slices.SortFunc(st.Agents, func(x, y savedAgent) int {
+		return cmp.Or(strings.Compare(x.Env, y.Env), strings.Compare(x.Profile, y.Profile), strings.Compare(x.Agent, y.Agent))
 	})
 	data, err := json.Marshal(st)
 	s.mu.Unlock()
