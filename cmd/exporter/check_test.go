@@ -49,6 +49,11 @@ func TestCheck(t *testing.T) {
 	older := ch.NewDatabase(t)
 	ch.Exec(t, "CREATE TABLE "+older+".origin_offload (time DateTime, granularity String, environment_id String, version UInt64) "+
 		"ENGINE = ReplacingMergeTree(version) ORDER BY (granularity, environment_id, time)")
+	// A table whose column cannot hold the dataset's metric: the run would
+	// fail, so check fails and names the statement that fixes it.
+	incompatible := ch.NewDatabase(t)
+	ch.Exec(t, "CREATE TABLE "+incompatible+".origin_offload (time DateTime, granularity String, environment_id String, version UInt64, requests_edge_total Date) "+
+		"ENGINE = ReplacingMergeTree(version) ORDER BY (granularity, environment_id, time)")
 	const (
 		org          = "--organization-id=" + platformsim.DemoOrganizationID
 		unknownID    = "0d5e0c1e-9a7b-4e62-8c57-5f1b6a2e9d40"
@@ -88,6 +93,9 @@ func TestCheck(t *testing.T) {
 			want: []string{"ok    datasets: 1 polled at FIVE_MINUTES: origin_offload",
 				"ok    ClickHouse tables: 2 tables: 0 exist and fit; columns added at start: `" + older + "`.`origin_offload` (http_method, content_type, requests_edge_total, ",
 				"created at start: `" + older + "`.`environments`", "0 failed"}},
+		{name: "table incompatible", args: []string{org, "--clickhouse.dsn=" + ch.DSN(incompatible), "--dataset=origin_offload", "--inventory.interval=0"}, code: 1,
+			want: []string{"FAIL  ClickHouse tables: ", "column requests_edge_total of table origin_offload has type Date, but edgepipe writes UInt64 values into it",
+				"ALTER TABLE `origin_offload` MODIFY COLUMN `requests_edge_total` UInt64", "nothing was changed"}},
 		{name: "wrong secret", args: []string{org}, env: []string{envClientSecret + "=" + wrongSecret}, code: 1,
 			want: []string{"FAIL  credentials: http://127.0.0.1:", "refuses API client edgepipe-demo: wrong client ID or secret", "invalid_client",
 				"set $EDGEPIPE_CLIENT_ID and the client secret",

@@ -83,6 +83,9 @@ func TestCheck(t *testing.T) {
 	sink.Close()
 	incompatible := ch.NewDatabase(t)
 	ch.Exec(t, "CREATE TABLE "+incompatible+".access_logs (environment_id String, status_code Date) ENGINE = MergeTree ORDER BY environment_id")
+	// A reconciliation table its writer cannot insert into.
+	badCompleteness := ch.NewDatabase(t)
+	ch.Exec(t, "CREATE TABLE "+badCompleteness+".log_completeness (environment_id String, time DateTime, api_requests Float64) ENGINE = MergeTree ORDER BY (environment_id, time)")
 
 	const unknownEnv, absent = "0d5e0c1e-9a7b-4e62-8c57-5f1b6a2e9d40", "check_created_at_start"
 	baseEnv := []string{
@@ -119,6 +122,9 @@ func TestCheck(t *testing.T) {
 		{name: "access_logs incompatible", args: []string{"--clickhouse.dsn=" + ch.DSN(incompatible)}, code: 1,
 			want: []string{"FAIL  ClickHouse tables: column status_code of table access_logs has type Date, which cannot hold the field status_code",
 				"ALTER TABLE access_logs MODIFY COLUMN status_code", "nothing was changed"}},
+		{name: "log_completeness incompatible", args: []string{"--clickhouse.dsn=" + ch.DSN(badCompleteness)}, code: 1,
+			want: []string{"FAIL  ClickHouse tables: ", "column api_requests of table log_completeness has type Float64, but edgepipe writes UInt64 values into it",
+				"ALTER TABLE `log_completeness` MODIFY COLUMN `api_requests` UInt64"}},
 		{name: "ClickHouse too old for HTTP", args: []string{"--clickhouse.dsn=http://" + ch.HTTPAddr() + "/" + fits}, code: 1,
 			want: []string{"FAIL  ClickHouse: ClickHouse 18.16.1 at " + ch.HTTPAddr() + " cannot be used over HTTP", "use its native protocol instead",
 				"      ClickHouse tables: skipped: needs ClickHouse"}},

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -105,14 +104,6 @@ func (r *reconcileRun) checkDashboard(t *testing.T, prom *testenv.PrometheusServ
 	if err != nil {
 		t.Fatal(err)
 	}
-	produced := func(expr string) bool {
-		for _, m := range []string{"cdn_logs_requests_total", "cdn_logs_total_time_seconds_bucket"} {
-			if strings.Contains(expr, m) && len(prom.QueryVector(t, "count("+m+")")) == 0 {
-				return false
-			}
-		}
-		return true
-	}
 	opts, err := clickhouse.ParseDSN(r.ch.DSN(r.db))
 	if err != nil {
 		t.Fatal(err)
@@ -147,10 +138,6 @@ func (r *reconcileRun) checkDashboard(t *testing.T, prom *testenv.PrometheusServ
 				n, _, err = deploytest.RunPromQL(prom.API(), text, q.Instant, prv)
 				if err != nil {
 					t.Errorf("%s (%s): %v\n%s", q.Where, sel.name, err, text)
-					continue
-				}
-				if !produced(text) {
-					t.Logf("%s: reads cdn_logs_*, which this build does not produce: ran, no data required", q.Where)
 					continue
 				}
 			case deploytest.ClickHouseSQL:
