@@ -14,7 +14,9 @@ import (
 // time left, one 30 days away does not, nor one 20 days away that was
 // renewed; a certificate whose activation failed fires
 // EdgepipeTLSCertificateActivationFailed under its environment's new name
-// after a rename, one that activated does not.
+// after a rename, one that activated does not. Certificates of env-c, which
+// has no cdn_environment_info (not discovered yet, the inventory failing,
+// relabelling), fire both alerts too, the environment named by its ID.
 func TestTLSCertificateAlerts(t *testing.T) {
 	ruleFile, rules := alertRules(t)
 	for _, name := range []string{"EdgepipeTLSCertificateExpiringSoon", "EdgepipeTLSCertificateActivationFailed"} {
@@ -73,11 +75,18 @@ func TestTLSCertificateAlerts(t *testing.T) {
 	series = append(series, expiry(pod, "env-b", "broken", fmt.Sprintf("%dx60", 90*day)), expiry(pod, "env-b", "fine", fmt.Sprintf("%dx60", 90*day)))
 	series = append(series, certInfo(pod, "env-b", "broken", "failed"), certInfo(pod, "env-b", "fine", "active"),
 		failed(pod, "env-b", "broken", "1x60"), failed(pod, "env-b", "fine", "0x60"))
+	series = append(series, twice(func(p string) map[string]string { return expiry(p, "env-c", "c-soon", fmt.Sprintf("%dx60", 20*day)) })...)
+	series = append(series, twice(func(p string) map[string]string { return certInfo(p, "env-c", "c-broken", "failed") })...)
+	series = append(series, twice(func(p string) map[string]string { return failed(p, "env-c", "c-broken", "1x60") })...)
 
 	soon := map[string]string{"namespace": ns, "environment_id": "env-a", "certificate_id": "soon", "common_name": "soon.example.com",
 		"environment": "alpha", "property": "shop"}
 	broken := map[string]string{"namespace": ns, "environment_id": "env-b", "certificate_id": "broken", "common_name": "broken.example.com",
 		"status": "failed", "environment": "beta-eu", "property": "shop"}
+	unnamedSoon := map[string]string{"namespace": ns, "environment_id": "env-c", "certificate_id": "c-soon", "common_name": "c-soon.example.com",
+		"environment": "env-c"}
+	unnamedBroken := map[string]string{"namespace": ns, "environment_id": "env-c", "certificate_id": "c-broken", "common_name": "c-broken.example.com",
+		"status": "failed", "environment": "env-c"}
 	tests := map[string]any{
 		"rule_files":          []string{"rules.yml"},
 		"evaluation_interval": "1m",
@@ -88,12 +97,14 @@ func TestTLSCertificateAlerts(t *testing.T) {
 				{"eval_time": "5m", "alertname": "EdgepipeTLSCertificateExpiringSoon", "exp_alerts": []any{}}, // pending: for 10m
 				// 20 days minus the 40 minutes gone by.
 				{"eval_time": "40m", "alertname": "EdgepipeTLSCertificateExpiringSoon",
-					"exp_alerts": []any{alert("EdgepipeTLSCertificateExpiringSoon", "19d 23h 20m 0s", soon)}},
+					"exp_alerts": []any{alert("EdgepipeTLSCertificateExpiringSoon", "19d 23h 20m 0s", soon),
+						alert("EdgepipeTLSCertificateExpiringSoon", "19d 23h 20m 0s", unnamedSoon)}},
 				{"eval_time": "5m", "alertname": "EdgepipeTLSCertificateActivationFailed", "exp_alerts": []any{}},
 				// Both names are visible from 20m to 24m (the lookback): one
 				// is taken; from 25m on only the new one.
 				{"eval_time": "40m", "alertname": "EdgepipeTLSCertificateActivationFailed",
-					"exp_alerts": []any{alert("EdgepipeTLSCertificateActivationFailed", "", broken)}},
+					"exp_alerts": []any{alert("EdgepipeTLSCertificateActivationFailed", "", broken),
+						alert("EdgepipeTLSCertificateActivationFailed", "", unnamedBroken)}},
 			},
 		}},
 	}

@@ -1,6 +1,7 @@
 package deploytest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -239,14 +240,18 @@ func dashboardMetrics(t *testing.T, ds []Dashboard) []string {
 
 // TestDashboardNamesLive is the dashboards' name test with data: two
 // exporter replicas scraped by a real Prometheus serve every metric the
-// dashboards query for two environments, one of which is renamed while the
+// dashboards query for three environments: env-b is renamed while the
 // replicas disagree about its name for a while (two info series of one
 // environment at the same instants, which a plain group_left refuses as
-// many-to-many). Every PromQL query of every dashboard runs over the whole
-// time, with every variable on All: none fails, every series that carries
-// an environment shows its name (legend or table column), the renamed
-// environment appears under both names, and the environment variable
-// offers names that expand to the IDs behind them.
+// many-to-many), and env-c has no cdn_environment_info at all (deleted or
+// moved since, not discovered yet, the inventory failing, or served by
+// another exporter). Every PromQL query of every dashboard runs over the
+// whole time, with every variable on All: none fails, every series that
+// carries an environment shows its name (legend or table column), every
+// query that returns environments returns env-c too, named by its ID, the
+// renamed environment appears under both names, and the environment
+// variable offers names that expand to the IDs behind them, env-c by its
+// ID, with All covering env-c.
 func TestDashboardNamesLive(t *testing.T) {
 	ds := loadDashboards(t)
 	metrics := dashboardMetrics(t, ds)
@@ -279,7 +284,7 @@ func TestDashboardNamesLive(t *testing.T) {
 	}
 	a, b := &exposition{}, &exposition{}
 	phase := func(nameA, nameB string) {
-		body := series("env-a") + series("env-b")
+		body := series("env-a") + series("env-b") + series("env-c")
 		a.set(body + info("env-a", "alpha") + info("env-b", nameA))
 		b.set(body + info("env-a", "alpha") + info("env-b", nameB))
 	}
@@ -315,41 +320,9 @@ func TestDashboardNamesLive(t *testing.T) {
 		Vars: map[string][]string{}, All: map[string]bool{}}
 	ran := 0
 	for _, d := range ds {
-		for _, variable := range d.Templating.List {
-			if variable.Type == "query" {
-				v.Vars[variable.Name], v.All[variable.Name] = nil, true
-			}
-		}
-		qs, err := d.Queries()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, q := range qs {
-			if q.Language != PromQL {
-				continue
-			}
-			text, err := Expand(d, q, v)
-			if err != nil {
-				t.Fatalf("%s %s: %v", d.File, q.Where, err)
-			}
-			if q.Variable {
-				if q.Where == "variable environment_id" {
-					checkEnvironmentOptions(t, prom.API(), d, text, v)
-				}
-				continue
-			}
-			n, unnamed, err := runPromQL(prom.API(), text, q, v)
-			switch {
-			case err != nil:
-				t.Errorf("%s %s: %v\n%s", d.File, q.Where, err, text)
-			case unnamed != "":
-				t.Errorf("%s %s: %s\n%s", d.File, q.Where, unnamed, text)
-			case n > 0:
-				ran++
-			}
-		}
+		ran += checkDashboardLive(t, prom.API(), d, v)
 	}
-	t.Logf("%d PromQL queries returned data, every environment named", ran)
+	t.Logf("%d PromQL queries returned data, every environment named, env-c by its ID", ran)
 	// The renamed environment shows under both names over the time range.
 	byEnv := `sum by (environment_id) (rate(cdn_edge_usage_by_country_requests_edge_total[4s])) * on (environment_id) group_left (environment, property) topk by (environment_id) (1, cdn_environment_info)`
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -369,10 +342,83 @@ func TestDashboardNamesLive(t *testing.T) {
 	}
 }
 
+// unnamedEnvironment is the environment the live test serves series for
+// without a cdn_environment_info series.
+const unnamedEnvironment = "env-c"
+
+// checkDashboardLive runs every PromQL query of d (its variables on All)
+// and reports each that fails, leaves an environment unnamed, or returns
+// environments but not unnamedEnvironment under its ID; it returns how many
+// returned data.
+func checkDashboardLive(t *testing.T, api promv1.API, d Dashboard, v Values) int {
+	t.Helper()
+	for _, variable := range d.Templating.List {
+		if variable.Type == "query" {
+			v.Vars[variable.Name], v.All[variable.Name] = nil, true
+		}
+	}
+	qs, err := d.Queries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, q := range qs { // variables come first
+		if q.Language != PromQL {
+			continue
+		}
+		text, err := Expand(d, q, v)
+		if err != nil {
+			t.Fatalf("%s %s: %v", d.File, q.Where, err)
+		}
+		if q.Variable {
+			if q.Where == "variable environment_id" {
+				// Grafana expands All to the options when the variable
+				// has no allValue: the panels then see those values.
+				v.Vars["environment_id"] = checkEnvironmentOptions(t, api, d, text, v)
+			}
+			continue
+		}
+		n, series, err := RunPromQL(api, text, q.Instant, v)
+		if err != nil {
+			t.Errorf("%s %s: %v\n%s", d.File, q.Where, err, text)
+			continue
+		}
+		if problem := cmp.Or(unnamedSeries(series, q), missingEnvironment(series, unnamedEnvironment)); problem != "" {
+			t.Errorf("%s %s: %s\n%s", d.File, q.Where, problem, text)
+		}
+		if n > 0 {
+			ran++
+		}
+	}
+	return ran
+}
+
+// missingEnvironment says why series, when some carry an environment_id,
+// do not show the environment id by its ID (a series with environment_id
+// and environment both id), "" when they do or carry no environment.
+func missingEnvironment(series []model.Metric, id string) string {
+	var envs []string
+	for _, m := range series {
+		env, ok := m["environment_id"]
+		if !ok {
+			continue
+		}
+		if string(env) == id && string(m["environment"]) == id {
+			return ""
+		}
+		envs = append(envs, fmt.Sprintf("%s=%s", env, m["environment"]))
+	}
+	if envs == nil {
+		return ""
+	}
+	return fmt.Sprintf("environment %s (no cdn_environment_info) is missing or not shown by its ID: got %v", id, envs)
+}
+
 // checkEnvironmentOptions resolves a dashboard's environment variable: its
 // options show property/name and expand to the IDs, the renamed
-// environment under both names.
-func checkEnvironmentOptions(t *testing.T, api promv1.API, d Dashboard, q string, v Values) {
+// environment under both names, the one without info by its ID; its All
+// covers that one too. It returns the options' values.
+func checkEnvironmentOptions(t *testing.T, api promv1.API, d Dashboard, q string, v Values) []string {
 	t.Helper()
 	variable, _ := d.Variable("environment_id")
 	opts, err := promQueryResultOptions(api, q, variable.Regex, v)
@@ -380,13 +426,31 @@ func checkEnvironmentOptions(t *testing.T, api promv1.API, d Dashboard, q string
 		t.Fatalf("%s: %v", d.File, err)
 	}
 	got := make([]string, len(opts))
+	var vals []string
 	for i, o := range opts {
 		got[i] = o.Text + "=" + o.Value
+		if !slices.Contains(vals, o.Value) {
+			vals = append(vals, o.Value)
+		}
 	}
 	sort.Strings(got)
-	if want := []string{"shop/alpha=env-a", "shop/beta-renamed=env-b", "shop/beta=env-b"}; !slices.Equal(got, want) {
+	if want := []string{"env-c=env-c", "shop/alpha=env-a", "shop/beta-renamed=env-b", "shop/beta=env-b"}; !slices.Equal(got, want) {
 		t.Errorf("%s: environment options %v, want %v", d.File, got, want)
 	}
+	v.Vars = maps.Clone(v.Vars)
+	v.Vars["environment_id"] = vals
+	all, err := variableValue(d, Query{Language: PromQL}, "environment_id", "", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re, err := regexp.Compile("^(?:" + strings.ReplaceAll(all, `\\`, `\`) + ")$")
+	if err != nil {
+		t.Fatalf("%s: All expands to %q: %v", d.File, all, err)
+	}
+	if !re.MatchString(unnamedEnvironment) {
+		t.Errorf("%s: All expands to %q, which leaves out %s", d.File, all, unnamedEnvironment)
+	}
+	return vals
 }
 
 // TestDashboardSQLNames: on a real ClickHouse 18.16, the access logs
