@@ -34,7 +34,7 @@ func TestClickHouseQueriesOn26(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	c := newCHClient(ClickHouseConfig{DSN: srv.DSN(db)}, "rx-0", log)
 	t.Cleanup(func() { _ = c.Close() })
-	conn, err := c.conn(ctx, nil)
+	conn, err := c.conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
