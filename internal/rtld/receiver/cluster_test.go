@@ -2,8 +2,12 @@ package receiver_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
+	"maps"
+	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,12 +15,21 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 
 	"github.com/edgepipe/edgepipe/internal/platformsim"
+	chsink "github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
 
-// TestClusterExactlyOnceThroughCrash runs the receiver binary with
-// --clickhouse.cluster against a real 2-shard × 2-replica ClickHouse 18.16
-// cluster with ZooKeeper: 2,000 records delivered by the simulator over
+// TestReceiverOnCluster runs the receiver binary with --clickhouse.cluster
+// against a real 2-shard × 2-replica ClickHouse 18.16 cluster with
+// ZooKeeper. The subtests share the cluster, each with a database of its
+// own, one after the other (one stops a node).
+func TestReceiverOnCluster(t *testing.T) {
+	c := testenv.ClickHouseCluster(t, testenv.ClusterOptions{Shards: 2, Replicas: 2})
+	t.Run("exactly once through crash", func(t *testing.T) { clusterExactlyOnceThroughCrash(t, c) })
+	t.Run("replica down at start", func(t *testing.T) { clusterReplicaDownAtStart(t, c) })
+}
+
+// clusterExactlyOnceThroughCrash: 2,000 records delivered by the simulator over
 // HTTPS (some acknowledgements lost, so some batches arrive twice), the
 // receiver killed with SIGKILL in the middle, land exactly once: count()
 // under FINAL and uniqExact(uuid) through the Distributed table are 2,000,
@@ -24,12 +37,11 @@ import (
 // records, and each shard's replicas hold the same rows. The receiver also
 // makes the environments table the Access logs dashboard joins, on every
 // node, and the per-minute rollup (clusterRollup).
-func TestClusterExactlyOnceThroughCrash(t *testing.T) {
+func clusterExactlyOnceThroughCrash(t *testing.T, c *testenv.Cluster) {
 	const total = 2_000
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
-	c := testenv.ClickHouseCluster(t, testenv.ClusterOptions{Shards: 2, Replicas: 2})
 	const db = "logs"
 	cert := newTestCert(t)
 	sim, apiURL := startSimulator(t, cert, platformsim.Config{
@@ -241,5 +253,150 @@ func clusterRollup(ctx context.Context, t *testing.T, c *testenv.Cluster, db str
 	}
 	if got := read(); got.other != 0 || got.rollup != total+100 || got.final != total+100 {
 		t.Fatalf("after the documented rebuild: %+v; want the rollup equal to FINAL key by key, %d", got, total+100)
+	}
+}
+
+// receiverTables are the tables and views the receiver keeps on every node
+// of a cluster, by name, with their engines: access_logs and its
+// per-minute rollup (tables and view), the environments table the Access
+// logs dashboard joins, and the reconciliation's log_completeness and
+// log_delivery_progress (ClickHouse counts).
+var receiverTables = map[string]string{
+	"access_logs": "Distributed", "access_logs_local": "ReplicatedReplacingMergeTree",
+	"access_logs_1m": "Distributed", "access_logs_1m_local": "ReplicatedAggregatingMergeTree", "access_logs_1m_mv": "MaterializedView",
+	"environments": "Distributed", "environments_local": "ReplicatedReplacingMergeTree",
+	"log_completeness": "Distributed", "log_completeness_local": "ReplicatedReplacingMergeTree",
+	"log_delivery_progress": "Distributed", "log_delivery_progress_local": "ReplicatedReplacingMergeTree",
+}
+
+// receiverTablesOn lists what node n lacks of receiverTables in database
+// db (missing, another engine, or a rollup view access_logs_local does not
+// feed); nil when it has everything.
+func receiverTablesOn(ctx context.Context, t *testing.T, n *testenv.ClusterNode, db string) []string {
+	t.Helper()
+	rows, err := n.Conn(t).Query(ctx, "SELECT name, engine, arrayStringConcat(dependencies_table, ',') FROM system.tables WHERE database = '"+db+"'")
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer rows.Close()
+	found := map[string]string{}
+	var feeds string
+	for rows.Next() {
+		var name, engine, deps string
+		if err := rows.Scan(&name, &engine, &deps); err != nil {
+			t.Fatal(err)
+		}
+		found[name] = engine
+		if name == "access_logs_local" {
+			feeds = deps
+		}
+	}
+	var lacks []string
+	for _, name := range slices.Sorted(maps.Keys(receiverTables)) {
+		if found[name] != receiverTables[name] {
+			lacks = append(lacks, fmt.Sprintf("%s (%q)", name, found[name]))
+		}
+	}
+	if feeds != "access_logs_1m_mv" {
+		lacks = append(lacks, fmt.Sprintf("access_logs_local feeds %q", feeds))
+	}
+	return lacks
+}
+
+// clusterReplicaDownAtStart: one replica down (kill -9) when the receiver
+// starts, with ClickHouse counts: the receiver makes its schema on the
+// other three nodes (access_logs, the rollup and its view, environments,
+// log_completeness, log_delivery_progress) and takes records,
+// edgepipe_clickhouse_incomplete_nodes counts the missing node for each of
+// its tables; once the replica is back, within two recheck intervals and
+// without a restart, it has every table and view and the gauge is 0.
+func clusterReplicaDownAtStart(t *testing.T, c *testenv.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const db = "logs_down"
+	down := c.Node(2, 2)
+	down.Kill()
+	cert := newTestCert(t)
+	sim, apiURL := startSimulator(t, cert, platformsim.Config{
+		Seed: 6, Properties: 1, Environments: 1,
+		Delivery: platformsim.DeliveryConfig{BatchSize: 50, AgentsPerEnvironment: 2, RetryInterval: 100 * time.Millisecond, RequestTimeout: 10 * time.Second},
+	})
+	env := sim.EnvironmentIDs()[0]
+	_, base := startSimulatedReceiver(t, cert, apiURL, []string{env},
+		"--clickhouse.dsn="+c.Node(1, 1).DSN(db), "--clickhouse.cluster="+c.Name, "--reconcile.counts=clickhouse",
+		"--spool.dir="+filepath.Join(t.TempDir(), "spool"),
+	)
+	if err := sim.DeliverRecords(ctx, waitProfile(ctx, t, apiURL, env), 100); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cert.pool}}, Timeout: 10 * time.Second}
+	// incomplete returns edgepipe_clickhouse_incomplete_nodes by table.
+	incomplete := func() map[string]float64 {
+		t.Helper()
+		out := map[string]float64{}
+		for _, m := range parseText(t, scrapeText(t, client, base+"/metrics"))["edgepipe_clickhouse_incomplete_nodes"].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "table" {
+					out[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+		return out
+	}
+	tables := []string{"access_logs", "access_logs_1m", "environments", "log_completeness", "log_delivery_progress"}
+	// state says what is not yet as wanted while the node is down.
+	state := func() []string {
+		var out []string
+		for _, n := range c.Nodes {
+			if n == down {
+				continue
+			}
+			if lacks := receiverTablesOn(ctx, t, n, db); lacks != nil {
+				out = append(out, n.ReplicaName+" lacks "+strings.Join(lacks, ", "))
+			}
+		}
+		inc := incomplete()
+		for _, table := range tables {
+			if inc[table] != 1 {
+				out = append(out, fmt.Sprintf("edgepipe_clickhouse_incomplete_nodes{table=%q} is %v, want 1", table, inc[table]))
+			}
+		}
+		if n := c.Node(1, 1).QueryUint64(t, "SELECT count() FROM "+db+".access_logs FINAL"); n != 100 {
+			out = append(out, fmt.Sprintf("%d records under FINAL, want 100", n))
+		}
+		return out
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		wrong := state()
+		if wrong == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with %s down, after 60 s:\n%s", down.ReplicaName, strings.Join(wrong, "\n"))
+		}
+	}
+	down.Start()
+	backAt := time.Now()
+	limit := 2*chsink.RecheckInterval + 5*time.Second
+	for lacks := receiverTablesOn(ctx, t, down, db); lacks != nil; lacks = receiverTablesOn(ctx, t, down, db) {
+		if time.Since(backAt) > limit {
+			t.Fatalf("%s still lacks %s %s after it came back", down.ReplicaName, strings.Join(lacks, ", "), limit)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("every table and view on all four nodes %s after the replica came back", time.Since(backAt).Round(time.Second))
+	waitFor(t, "edgepipe_clickhouse_incomplete_nodes back to 0", 10*time.Second, func() bool {
+		inc := incomplete()
+		for _, table := range tables {
+			if v, ok := inc[table]; !ok || v != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, n := range c.Nodes {
+		if lacks := receiverTablesOn(ctx, t, n, db); lacks != nil {
+			t.Errorf("%s lacks %s", n.ReplicaName, strings.Join(lacks, ", "))
+		}
 	}
 }

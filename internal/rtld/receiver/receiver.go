@@ -424,7 +424,10 @@ func (r *Receiver) newReconciler() (*reconcile.Reconciler, error) {
 	}
 	rc.ProfileName = cmp.Or(rc.ProfileName, rtld.DefaultProfileName)
 	if cfg.ClickHouse != nil {
-		rc.ClickHouse = &reconcile.ClickHouseConfig{DSN: cfg.ClickHouse.DSN, Options: cfg.ClickHouse.Options, Reader: SinkClickHouse}
+		// The sink's connection and schema manager: the reconciliation's
+		// tables are rechecked and counted with the sink's.
+		sink, _ := r.sinks[SinkClickHouse].(reconcile.SchemaSource)
+		rc.ClickHouse = &reconcile.ClickHouseConfig{DSN: cfg.ClickHouse.DSN, Options: cfg.ClickHouse.Options, Reader: SinkClickHouse, Schemas: sink}
 	}
 	return reconcile.New(rc)
 }

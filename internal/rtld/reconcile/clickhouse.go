@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -63,15 +64,28 @@ func Progress() *clickhouse.Table {
 	}
 }
 
-// chClient is the reconciliation's ClickHouse connection: it connects (and
-// creates its tables) when first needed and again after a failure.
+// SchemaSource hands out the schema manager (and through it the
+// connection) of a ClickHouse sink: the receiver's access-log sink.
+type SchemaSource interface {
+	Schema(ctx context.Context) (*clickhouse.Schema, error)
+}
+
+// chClient is the reconciliation's ClickHouse connection: the one of
+// ClickHouseConfig.Schemas, or its own, opened when first needed and
+// again after a failure. It ensures each of its tables once per schema
+// manager; the manager's recheck completes a table left incomplete (a
+// cluster node out of reach).
 type chClient struct {
 	cfg     ClickHouseConfig
 	replica string
 	log     *slog.Logger
 
-	mu       sync.Mutex
-	db       *clickhouse.DB
+	mu sync.Mutex
+	// db and own are the connection opened from cfg.DSN and its schema
+	// manager, without cfg.Schemas.
+	db  *clickhouse.DB
+	own *clickhouse.Schema
+	// schema is the manager the tables in ensured were ensured with.
 	schema   *clickhouse.Schema
 	ensured  map[string]bool
 	reported int64 // reported_at of the last progress row (Unix seconds)
@@ -81,25 +95,44 @@ func newCHClient(cfg ClickHouseConfig, replica string, log *slog.Logger) *chClie
 	return &chClient{cfg: cfg, replica: replica, log: log, ensured: map[string]bool{}}
 }
 
-// conn returns the connection with table t in shape (nil: none needed).
-func (c *chClient) conn(ctx context.Context, t *clickhouse.Table) (*clickhouse.DB, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.db == nil {
+// currentSchema returns the schema manager to use, opening the
+// connection if needed. Called with c.mu held.
+func (c *chClient) currentSchema(ctx context.Context) (*clickhouse.Schema, error) {
+	if c.cfg.Schemas != nil {
+		return c.cfg.Schemas.Schema(ctx)
+	}
+	if c.own == nil {
 		db, err := clickhouse.Open(ctx, c.cfg.DSN, append(c.cfg.Options, clickhouse.WithLogger(c.log))...)
 		if err != nil {
 			return nil, err
 		}
-		c.db, c.schema = db, clickhouse.NewSchema(db, c.log)
+		c.db, c.own = db, clickhouse.NewSchema(db, c.log)
+		c.own.StartRecheck(clickhouse.RecheckInterval)
 	}
-	if t != nil && !c.ensured[t.Name] {
-		st, err := c.schema.Ensure(ctx, t)
-		if err != nil {
+	return c.own, nil
+}
+
+// conn returns the connection with the tables ts in shape.
+func (c *chClient) conn(ctx context.Context, ts ...*clickhouse.Table) (*clickhouse.DB, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	schema, err := c.currentSchema(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if schema != c.schema {
+		c.schema, c.ensured = schema, map[string]bool{}
+	}
+	for _, t := range ts {
+		if c.ensured[t.Name] {
+			continue
+		}
+		if _, err := schema.Ensure(ctx, t); err != nil {
 			return nil, fmt.Errorf("ClickHouse table %s: %w", t.Name, err)
 		}
-		c.ensured[t.Name] = st.Complete
+		c.ensured[t.Name] = true
 	}
-	return c.db, nil
+	return schema.DB(), nil
 }
 
 // failed forgets the tables' state after an error, so the next use checks
@@ -110,18 +143,16 @@ func (c *chClient) failed() {
 	c.mu.Unlock()
 }
 
-// Close closes the connection.
+// Close closes the connection the client opened itself (not that of
+// ClickHouseConfig.Schemas).
 func (c *chClient) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.db == nil {
+	if c.own == nil {
 		return nil
 	}
-	err := c.schema.Close()
-	if cerr := c.db.Close(); err == nil {
-		err = cerr
-	}
-	c.db = nil
+	err := errors.Join(c.own.Close(), c.db.Close())
+	c.db, c.own, c.schema = nil, nil, nil
 	return err
 }
 
@@ -155,7 +186,7 @@ func (c *chClient) writeRows(ctx context.Context, rows []completenessRow) error 
 // seconds), the records of access_logs under FINAL: each record once
 // however often it was delivered, across every replica.
 func (c *chClient) counts(ctx context.Context, envs []string, from, to int64) (map[string]map[int64]int64, error) {
-	db, err := c.conn(ctx, nil)
+	db, err := c.conn(ctx)
 	if err != nil {
 		return nil, err
 	}

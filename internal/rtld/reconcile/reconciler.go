@@ -54,6 +54,13 @@ type ClickHouseConfig struct {
 	// Reader is the spool reader of the receiver's ClickHouse sink: its
 	// progress is what this replica reports (ClickHouse counts).
 	Reader string
+	// Schemas, when set, is that sink: its connection and schema manager
+	// serve the reconciliation too (DSN and Options are then unused), so
+	// its tables are rechecked and counted in
+	// edgepipe_clickhouse_incomplete_nodes with the sink's. Without it the
+	// reconciliation opens its own connection (its tables rechecked, not
+	// counted).
+	Schemas SchemaSource
 }
 
 // Config configures a Reconciler.
@@ -227,7 +234,7 @@ func (r *Reconciler) Run(ctx context.Context, sp Spool, rd SpoolReader, watch *P
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	start := func(f func(context.Context) error) {
 		wg.Add(1)
 		go func() {
@@ -237,6 +244,9 @@ func (r *Reconciler) Run(ctx context.Context, sp Spool, rd SpoolReader, watch *P
 				cancel()
 			}
 		}()
+	}
+	if r.ch != nil {
+		start(r.keepTables)
 	}
 	if r.CountsSpool() {
 		start(func(ctx context.Context) error { return r.countSpool(ctx, rd) })
@@ -263,6 +273,41 @@ func (r *Reconciler) Run(ctx context.Context, sp Spool, rd SpoolReader, watch *P
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// tables returns the ClickHouse tables this replica writes:
+// log_completeness when it compares, log_delivery_progress with
+// ClickHouse counts.
+func (r *Reconciler) tables() []*clickhouse.Table {
+	var ts []*clickhouse.Table
+	if r.Compares() {
+		ts = append(ts, Completeness())
+	}
+	if !r.CountsSpool() {
+		ts = append(ts, Progress())
+	}
+	return ts
+}
+
+// keepTables makes this replica's ClickHouse tables when Run starts, so
+// that they are on every node (and, while a node is out of reach, rechecked
+// by the schema manager and counted as incomplete) before the first
+// comparison writes log_completeness, maybe half an hour later; and again,
+// every clickhouse.RecheckInterval, after ClickHouse failed or the sink
+// connected afresh (each schema manager ensures them once).
+func (r *Reconciler) keepTables(ctx context.Context) error {
+	t := time.NewTicker(clickhouse.RecheckInterval)
+	defer t.Stop()
+	for {
+		if _, err := r.ch.conn(ctx, r.tables()...); err != nil && ctx.Err() == nil {
+			r.log.Warn("reconcile: making the ClickHouse tables failed; trying again", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // Close closes the state file and the ClickHouse connection.

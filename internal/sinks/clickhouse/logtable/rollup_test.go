@@ -154,6 +154,70 @@ func rollupCheck(ctx context.Context, t *testing.T, conn driver.Conn, db string,
 	return out
 }
 
+// checkDocRollupQuery runs the documented query of the rollup (requests,
+// bytes, 5xx errors and p95 response time per POP of one environment over
+// the last hour) on database db as if now were now, and fails the test
+// unless it answers what the same aggregates of access_logs FINAL do:
+// requests, bytes and errors exactly, p95 within 5 % (a t-digest), POPs
+// busiest first.
+func checkDocRollupQuery(ctx context.Context, t *testing.T, conn driver.Conn, db, env string, now time.Time) {
+	t.Helper()
+	stmts := testenv.DocSQL(t, "docs/clickhouse.md", "## access_logs_1m: the per-minute rollup", "p95_seconds")
+	if len(stmts) != 1 {
+		t.Fatalf("the documented query of the rollup has %d statements, want 1", len(stmts))
+	}
+	at := fmt.Sprintf("toDateTime(%d)", now.Unix())
+	doc := strings.NewReplacer("cdn.", "`"+db+"`.", "now()", at, "'env-1'", clickhouse.QuoteString(env)).Replace(stmts[0])
+	type popRow struct {
+		requests, errors uint64
+		bytes            int64
+		p95              float64
+	}
+	read := func(sql string) ([]string, map[string]popRow) {
+		t.Helper()
+		rows, err := conn.Query(ctx, sql)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, sql)
+		}
+		defer rows.Close()
+		var order []string
+		out := map[string]popRow{}
+		for rows.Next() {
+			var pop string
+			var r popRow
+			if err := rows.Scan(&pop, &r.requests, &r.bytes, &r.errors, &r.p95); err != nil {
+				t.Fatal(err)
+			}
+			order = append(order, pop)
+			out[pop] = r
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return order, out
+	}
+	order, got := read("SELECT pop, toUInt64(requests), toInt64(bytes), toUInt64(errors_5xx), toFloat64(p95_seconds) FROM (" + doc + ")")
+	_, want := read(fmt.Sprintf("SELECT pop, toUInt64(count()), toInt64(sum(bytes_out)), toUInt64(countIf(status_code >= 500)), quantileExact(0.95)(total_time) "+
+		"FROM `%s`.access_logs FINAL WHERE environment_id = %s AND toStartOfMinute(toDateTime(`timestamp`)) >= %s - INTERVAL 1 HOUR GROUP BY pop",
+		db, clickhouse.QuoteString(env), at))
+	if len(want) == 0 {
+		t.Fatalf("access_logs of %s has no record in the hour before %s: the documented query tests nothing", env, now)
+	}
+	if len(got) != len(want) {
+		t.Errorf("the documented query lists %d POPs, access_logs FINAL %d", len(got), len(want))
+	}
+	for i, pop := range order {
+		g, w := got[pop], want[pop]
+		if g.requests != w.requests || g.bytes != w.bytes || g.errors != w.errors || math.Abs(g.p95-w.p95) > 0.05*w.p95 {
+			t.Errorf("POP %s: the documented query says %+v, access_logs FINAL %+v", pop, g, w)
+		}
+		if i > 0 && got[order[i-1]].requests < g.requests {
+			t.Errorf("POP %s (%d requests) listed after %s (%d)", pop, g.requests, order[i-1], got[order[i-1]].requests)
+		}
+	}
+	t.Logf("the documented query of the rollup: %d POPs as access_logs FINAL has them", len(order))
+}
+
 // waitMutations waits until the mutations of database db are done.
 func waitMutations(ctx context.Context, t *testing.T, conn driver.Conn, db string) {
 	t.Helper()
@@ -329,6 +393,7 @@ func TestRollupOn1816(t *testing.T) {
 	if wrong := rollupCheck(ctx, t, conn, db, since); len(wrong) != 0 {
 		t.Errorf("after the rebuild the documented check of the rollup lists %q", wrong)
 	}
+	checkDocRollupQuery(ctx, t, conn, db, all[0].EnvironmentID, time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
 	var p95, exact float64
 	if err := conn.QueryRow(ctx, "SELECT toFloat64(quantileTDigestMerge(0.95)(total_time_state)) FROM `"+db+"`.access_logs_1m").Scan(&p95); err != nil {
 		t.Fatal(err)

@@ -827,6 +827,22 @@ func (a *Sink) Describe(ch chan<- *prometheus.Desc) { a.collector.Describe(ch) }
 // Collect implements prometheus.Collector.
 func (a *Sink) Collect(ch chan<- prometheus.Metric) { a.collector.Collect(ch) }
 
+// Schema connects if needed (making access_logs and the tables beside it)
+// and returns the sink's schema manager, for the receiver's other tables
+// (the reconciliation's): tables it ensures are rechecked while
+// incomplete and counted by the sink's edgepipe_clickhouse_incomplete_nodes
+// like the sink's own. After a reset the sink has another one: call
+// Schema again after an error.
+func (a *Sink) Schema(ctx context.Context) (*clickhouse.Schema, error) {
+	if _, _, _, _, err := a.connect(ctx); err != nil {
+		return nil, err
+	}
+	if s := a.currentSchema(); s != nil {
+		return s, nil
+	}
+	return nil, errors.New("clickhouse access-log sink: closed")
+}
+
 func (a *Sink) currentSchema() *clickhouse.Schema {
 	a.mu.Lock()
 	defer a.mu.Unlock()

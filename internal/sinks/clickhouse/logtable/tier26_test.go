@@ -101,6 +101,7 @@ func TestAccessLogsOn26(t *testing.T) {
 			requireRollupExact(ctx, t, srv.Conn(t), db, acked)
 			rebuildRollup(ctx, t, srv.Conn(t), db, time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC))
 			requireRollupExact(ctx, t, srv.Conn(t), db, acked)
+			checkDocRollupQuery(ctx, t, srv.Conn(t), db, batches[0].EnvironmentID, time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
 			if n := srv.QueryUint64(t, "SELECT count() FROM "+db+".access_logs WHERE extra != ''"); n != 0 {
 				t.Errorf("%d records with fields in extra: every catalogued field has a column", n)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/accesslog"
 	"github.com/edgepipe/edgepipe/internal/backfill"
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
+	"github.com/edgepipe/edgepipe/internal/rtld/reconcile"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/logtable"
@@ -114,12 +115,14 @@ var replicatedEngine = regexp.MustCompile(`Replicated(\w+MergeTree)\('[^']*', '\
 //     retention, with materialize_ttl_after_modify = 0: no mutation
 //     rewrites the table) and ALTER … MODIFY SETTING (a table made
 //     before the deduplication window);
-//   - the inventory's tables, environments and tls_certificates, and the
+//   - the inventory's tables, environments and tls_certificates, the
 //     receiver's access_logs with its per-minute rollup (table and
-//     materialized view), created and ensured again;
+//     materialized view) and its reconciliation's log_completeness and
+//     log_delivery_progress, created and ensured again;
 //   - cluster form, of every table of both programs (the datasets,
-//     access_logs and its rollup, the backfill's progress table,
-//     environments and tls_certificates): every statement of
+//     access_logs and its rollup, log_completeness,
+//     log_delivery_progress, the backfill's progress table, environments
+//     and tls_certificates): every statement of
 //     CreateStatements with --clickhouse.cluster parsed by 26.x as written
 //     (EXPLAIN AST); the local table run on the plain engine (chDB cannot
 //     replicate: no ZooKeeper, and ON CLUSTER needs one), the Distributed
@@ -184,9 +187,10 @@ func TestStatementsOn26(t *testing.T) {
 		t.Errorf("%d mutations after the retention changed: MODIFY TTL materialized the TTL (rewriting every part)", n)
 	}
 	// The inventory's tables (environments, tls_certificates), as the
-	// exporter writes them and the receiver makes environments: created,
-	// then ensured again by a restarted program.
-	for _, spec := range []*clickhouse.Table{inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable()} {
+	// exporter writes them and the receiver makes environments, and the
+	// receiver's reconciliation tables: created, then ensured again by a
+	// restarted program.
+	for _, spec := range []*clickhouse.Table{inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable(), reconcile.Completeness(), reconcile.Progress()} {
 		for _, s := range []*clickhouse.Schema{schema, schema2} {
 			if _, err := s.Ensure(ctx, spec); err != nil {
 				t.Fatalf("%s: %v", spec.Name, err)
@@ -238,7 +242,8 @@ func TestStatementsOn26(t *testing.T) {
 	for _, ds := range w.datasets() {
 		specs = append(specs, metrictables.TableSpec(ds.Name, metrictables.MetricsColumns(&ds, nil, nil), v, retention))
 	}
-	specs = append(specs, accessLogs, rollup, backfill.ProgressTableSpec(), inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable())
+	specs = append(specs, accessLogs, rollup, reconcile.Completeness(), reconcile.Progress(), backfill.ProgressTableSpec(),
+		inventorytables.EnvironmentsTable(), inventorytables.CertificatesTable())
 	for _, spec := range specs {
 		for i, stmt := range clickhouse.CreateStatements(clusterDB, testenv.ChDBCluster, v, spec) {
 			srv.Exec(t, "EXPLAIN AST "+stmt)
