@@ -864,6 +864,16 @@ func TestReconcileTwoReplicasThroughRestarts(t *testing.T) {
 	if c := reconciledCounters(t, client, metricsURL(other)); len(c) != 0 {
 		t.Errorf("the replica that does not compare publishes reconciliation series of %d environments", len(c))
 	}
+	// Nothing was damaged: no replica says its reconcile state was.
+	for i, p := range rx {
+		b, err := os.ReadFile(p.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := grepLines(string(b), "state file was damaged"); l != "" {
+			t.Errorf("rx-%d, after its restarts:\n%s", i, l)
+		}
+	}
 }
 
 // TestReconcileWithoutMetricsScope: an API client without app.metrics. The
