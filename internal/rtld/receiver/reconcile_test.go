@@ -532,6 +532,28 @@ func roundRobin(t *testing.T, cert testCert, targets ...string) string {
 	return "https://" + l.Addr().String()
 }
 
+// startReplicas starts two receiver replicas behind one address (each
+// request to the next replica), counting in ClickHouse, rx-0 the one that
+// compares; otherDSN, when set, is rx-1's ClickHouse.
+func (r *reconcileRun) startReplicas(t *testing.T, otherDSN string) (addrs []string, rx []*receiverProcess) {
+	t.Helper()
+	addrs = []string{testenv.FreeAddr(t), testenv.FreeAddr(t)}
+	base := roundRobin(t, r.cert, addrs...)
+	for i, name := range []string{"rx-0", "rx-1"} {
+		args := r.receiverArgs(addrs[i], base, filepath.Join(t.TempDir(), "spool"),
+			"--reconcile.counts=clickhouse", "--reconcile.replica="+name, "--reconcile.leader=rx-0")
+		if i == 1 && otherDSN != "" {
+			for j, a := range args {
+				if strings.HasPrefix(a, "--clickhouse.dsn=") {
+					args[j] = "--clickhouse.dsn=" + otherDSN
+				}
+			}
+		}
+		rx = append(rx, startReceiver(t, args, receiverEnv))
+	}
+	return addrs, rx
+}
+
 // TestReconcileTwoReplicas runs two receiver replicas behind one address
 // (each request to the next replica), with ClickHouse counts: each replica
 // accepts part of every bucket's records and some batches twice (one copy
@@ -543,12 +565,7 @@ func TestReconcileTwoReplicas(t *testing.T) {
 		t.Skip("runs two receivers against the simulator for a simulated hour")
 	}
 	r := startReconcileSim(t, 4, platformsim.DeliveryFaults{DropAckPercent: 15})
-	addrs := []string{testenv.FreeAddr(t), testenv.FreeAddr(t)}
-	base := roundRobin(t, r.cert, addrs...)
-	for i, name := range []string{"rx-0", "rx-1"} {
-		startReceiver(t, r.receiverArgs(addrs[i], base, filepath.Join(t.TempDir(), "spool"),
-			"--reconcile.counts=clickhouse", "--reconcile.replica="+name, "--reconcile.leader=rx-0"), receiverEnv)
-	}
+	addrs, _ := r.startReplicas(t, "")
 	prom := testenv.PrometheusScrape(t, testenv.ScrapeJob{Name: "receiver", Targets: addrs})
 	r.profiles(t)
 
@@ -746,22 +763,8 @@ func TestReconcileTwoReplicasThroughRestarts(t *testing.T) {
 		t.Skip("runs two receivers against the simulator for a simulated hour")
 	}
 	r := startReconcileSim(t, 3, platformsim.DeliveryFaults{DropAckPercent: 10})
-	addrs := []string{testenv.FreeAddr(t), testenv.FreeAddr(t)}
-	base := roundRobin(t, r.cert, addrs...)
 	gate := newTCPGate(t, r.ch.Addr()) // the other replica's way to ClickHouse
-	var rx [2]*receiverProcess
-	for i, name := range []string{"rx-0", "rx-1"} {
-		args := r.receiverArgs(addrs[i], base, filepath.Join(t.TempDir(), "spool"),
-			"--reconcile.counts=clickhouse", "--reconcile.replica="+name, "--reconcile.leader=rx-0")
-		if i == 1 {
-			for j, a := range args {
-				if strings.HasPrefix(a, "--clickhouse.dsn=") {
-					args[j] = "--clickhouse.dsn=clickhouse://" + gate.Addr() + "/" + r.db
-				}
-			}
-		}
-		rx[i] = startReceiver(t, args, receiverEnv)
-	}
+	addrs, rx := r.startReplicas(t, "clickhouse://"+gate.Addr()+"/"+r.db)
 	const leader, other = 0, 1
 	r.profiles(t)
 	// b0 is the first bucket the profiles were in place for all along.
@@ -786,15 +789,16 @@ func TestReconcileTwoReplicasThroughRestarts(t *testing.T) {
 	stop := func(i int, at time.Duration, sig syscall.Signal, down time.Duration) time.Time {
 		t.Helper()
 		r.waitSim(t, b0.Add(at))
+		name := map[syscall.Signal]string{syscall.SIGKILL: "SIGKILL", syscall.SIGTERM: "SIGTERM"}[sig]
 		if i == leader {
-			checkCounters(fmt.Sprintf("before the leader's %v", sig))
+			checkCounters("before the leader's " + name)
 		}
 		if sig == syscall.SIGKILL {
 			rx[i].kill9()
 		} else if err := rx[i].signal(sig); err != nil {
-			t.Errorf("rx-%d after %v: %v", i, sig, err)
+			t.Errorf("rx-%d after %s: %v", i, name, err)
 		}
-		t.Logf("rx-%d stopped with %v at %s", i, sig, r.clock.Now().Format("15:04:05"))
+		t.Logf("rx-%d stopped with %s at %s", i, name, r.clock.Now().Format("15:04:05"))
 		time.Sleep(down)
 		if i == other {
 			gate.set(false)
