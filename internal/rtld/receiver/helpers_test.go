@@ -11,7 +11,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -158,14 +157,18 @@ func (p *receiverProcess) kill9() {
 }
 
 // stop sends SIGINT and returns the exit error.
-func (p *receiverProcess) stop() error {
-	_ = p.cmd.Process.Signal(os.Interrupt)
+func (p *receiverProcess) stop() error { return p.signal(os.Interrupt) }
+
+// signal sends sig, waits for the process to exit (killing it after 30s)
+// and returns the exit error.
+func (p *receiverProcess) signal(sig os.Signal) error {
+	_ = p.cmd.Process.Signal(sig)
 	select {
 	case <-p.exited:
 		return p.err
 	case <-time.After(30 * time.Second):
 		p.kill9()
-		return errors.New("receiver did not exit within 30s of SIGINT")
+		return fmt.Errorf("receiver did not exit within 30s of %v", sig)
 	}
 }
 

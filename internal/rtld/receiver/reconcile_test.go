@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -14,9 +16,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/platform"
@@ -395,6 +401,17 @@ func (r *reconcileRun) waitSim(t *testing.T, at time.Time) {
 	}
 }
 
+// simAt returns the time of day hm ("15:04:05") on the simulated clock's
+// day.
+func simAt(t *testing.T, hm string) time.Time {
+	t.Helper()
+	d, err := time.Parse("15:04:05", hm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Date(simStart.Year(), simStart.Month(), simStart.Day(), d.Hour(), d.Minute(), d.Second(), 0, time.UTC)
+}
+
 // TestReconcileThroughKills kills the receiver with SIGKILL in the middle
 // of a bucket and right after a bucket ends, restarting it each time, and
 // then damages its state file while it is down: every bucket compared
@@ -420,13 +437,7 @@ func TestReconcileThroughKills(t *testing.T) {
 		p.start()
 		waitReady(t, client, base)
 	}
-	at := func(hm string) time.Time {
-		d, err := time.Parse("15:04:05", hm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return time.Date(simStart.Year(), simStart.Month(), simStart.Day(), d.Hour(), d.Minute(), d.Second(), 0, time.UTC)
-	}
+	at := func(hm string) time.Time { return simAt(t, hm) }
 	r.waitSim(t, at("10:17:30"))
 	restart("within the bucket of 10:15")
 	r.waitSim(t, at("10:25:04"))
@@ -521,6 +532,28 @@ func roundRobin(t *testing.T, cert testCert, targets ...string) string {
 	return "https://" + l.Addr().String()
 }
 
+// startReplicas starts two receiver replicas behind one address (each
+// request to the next replica), counting in ClickHouse, rx-0 the one that
+// compares; otherDSN, when set, is rx-1's ClickHouse.
+func (r *reconcileRun) startReplicas(t *testing.T, otherDSN string) (addrs []string, rx []*receiverProcess) {
+	t.Helper()
+	addrs = []string{testenv.FreeAddr(t), testenv.FreeAddr(t)}
+	base := roundRobin(t, r.cert, addrs...)
+	for i, name := range []string{"rx-0", "rx-1"} {
+		args := r.receiverArgs(addrs[i], base, filepath.Join(t.TempDir(), "spool"),
+			"--reconcile.counts=clickhouse", "--reconcile.replica="+name, "--reconcile.leader=rx-0")
+		if i == 1 && otherDSN != "" {
+			for j, a := range args {
+				if strings.HasPrefix(a, "--clickhouse.dsn=") {
+					args[j] = "--clickhouse.dsn=" + otherDSN
+				}
+			}
+		}
+		rx = append(rx, startReceiver(t, args, receiverEnv))
+	}
+	return addrs, rx
+}
+
 // TestReconcileTwoReplicas runs two receiver replicas behind one address
 // (each request to the next replica), with ClickHouse counts: each replica
 // accepts part of every bucket's records and some batches twice (one copy
@@ -532,12 +565,7 @@ func TestReconcileTwoReplicas(t *testing.T) {
 		t.Skip("runs two receivers against the simulator for a simulated hour")
 	}
 	r := startReconcileSim(t, 4, platformsim.DeliveryFaults{DropAckPercent: 15})
-	addrs := []string{testenv.FreeAddr(t), testenv.FreeAddr(t)}
-	base := roundRobin(t, r.cert, addrs...)
-	for i, name := range []string{"rx-0", "rx-1"} {
-		startReceiver(t, r.receiverArgs(addrs[i], base, filepath.Join(t.TempDir(), "spool"),
-			"--reconcile.counts=clickhouse", "--reconcile.replica="+name, "--reconcile.leader=rx-0"), receiverEnv)
-	}
+	addrs, _ := r.startReplicas(t, "")
 	prom := testenv.PrometheusScrape(t, testenv.ScrapeJob{Name: "receiver", Targets: addrs})
 	r.profiles(t)
 
@@ -591,6 +619,264 @@ func TestReconcileTwoReplicas(t *testing.T) {
 	}
 	if skipped := prom.QueryVector(t, `edgepipe_rtld_reconcile_skipped_buckets_total > 0`); len(skipped) > len(r.envs) {
 		t.Errorf("skipped: %v", skipped)
+	}
+}
+
+// reconciled is what a receiver's reconciliation counters hold for one
+// environment.
+type reconciled struct {
+	buckets, api, records float64
+	skipped               map[string]float64 // by reason, those above 0
+}
+
+// reconciledCounters scrapes the edgepipe_rtld_reconciled_* and skipped
+// counters of the receiver at metricsURL, by environment.
+func reconciledCounters(t *testing.T, client *http.Client, metricsURL string) map[string]*reconciled {
+	t.Helper()
+	out := map[string]*reconciled{}
+	get := func(m *dto.Metric) *reconciled {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "environment_id" {
+				if out[l.GetValue()] == nil {
+					out[l.GetValue()] = &reconciled{skipped: map[string]float64{}}
+				}
+				return out[l.GetValue()]
+			}
+		}
+		t.Fatalf("a reconciliation series without environment_id: %v", m)
+		return nil
+	}
+	for name, mf := range parseText(t, scrapeText(t, client, metricsURL)) {
+		for _, m := range mf.GetMetric() {
+			v := m.GetCounter().GetValue()
+			switch name {
+			case "edgepipe_rtld_reconciled_buckets_total":
+				get(m).buckets = v
+			case "edgepipe_rtld_reconciled_api_requests_total":
+				get(m).api = v
+			case "edgepipe_rtld_reconciled_log_records_total":
+				get(m).records = v
+			case "edgepipe_rtld_reconcile_skipped_buckets_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" && v > 0 {
+						get(m).skipped[l.GetValue()] = v
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// tcpGate relays TCP connections to a target until it is shut: then it
+// drops the connections it relays and refuses new ones, until opened
+// again (a network partition between a receiver and ClickHouse).
+type tcpGate struct {
+	target string
+	l      net.Listener
+
+	mu    sync.Mutex
+	shut  bool
+	conns map[net.Conn]bool
+}
+
+func newTCPGate(t *testing.T, target string) *tcpGate {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &tcpGate{target: target, l: l, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { l.Close(); g.set(true) })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go g.relay(c)
+		}
+	}()
+	return g
+}
+
+func (g *tcpGate) Addr() string { return g.l.Addr().String() }
+
+// track adds c to the connections relayed, or reports that the gate is shut.
+func (g *tcpGate) track(cs ...net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.shut {
+		return false
+	}
+	for _, c := range cs {
+		g.conns[c] = true
+	}
+	return true
+}
+
+func (g *tcpGate) relay(c net.Conn) {
+	defer c.Close()
+	up, err := net.Dial("tcp", g.target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	if !g.track(c, up) {
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+	<-done
+}
+
+// set shuts the gate (dropping every connection) or opens it.
+func (g *tcpGate) set(shut bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.shut = shut
+	if shut {
+		for c := range g.conns {
+			c.Close()
+		}
+		clear(g.conns)
+	}
+}
+
+// TestReconcileTwoReplicasThroughRestarts is TestReconcileTwoReplicas
+// (ClickHouse counts, two replicas behind one address, rx-0 compares) with
+// each replica stopped within a bucket and restarted: the other one killed
+// with SIGKILL while records of the bucket it took wait in its spool (its
+// way to ClickHouse cut) and kept down past the bucket's due time, then the
+// leader killed with SIGKILL, then the other one stopped with SIGTERM and
+// kept down while a bucket falls due, then the leader stopped with
+// SIGTERM. Every bucket from the first whole one on is compared (none
+// skipped), the first only once the killed replica's records are in
+// ClickHouse; log_completeness under FINAL holds exactly the simulator's
+// requests and the records it delivered (no false loss, no false 100%);
+// and the leader's counters, before each of its stops and at the end, hold
+// as many records as API requests, with no bucket skipped but the one in
+// which the profile was created.
+func TestReconcileTwoReplicasThroughRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two receivers against the simulator for a simulated hour")
+	}
+	r := startReconcileSim(t, 3, platformsim.DeliveryFaults{DropAckPercent: 10})
+	gate := newTCPGate(t, r.ch.Addr()) // the other replica's way to ClickHouse
+	addrs, rx := r.startReplicas(t, "clickhouse://"+gate.Addr()+"/"+r.db)
+	const leader, other = 0, 1
+	r.profiles(t)
+	// b0 is the first bucket the profiles were in place for all along.
+	b0 := r.clock.Now().Truncate(5 * time.Minute).Add(5 * time.Minute)
+	client := &http.Client{Timeout: 5 * time.Second}
+	metricsURL := func(i int) string { return "http://" + addrs[i] + "/metrics" }
+	checkCounters := func(when string) {
+		t.Helper()
+		for env, c := range reconciledCounters(t, client, metricsURL(leader)) {
+			if c.records != c.api {
+				t.Errorf("%s: the leader's counters of %s: %v records for %v API requests over %v buckets", when, env, c.records, c.api, c.buckets)
+			}
+			for reason, n := range c.skipped {
+				if (reason != "profile_changed" && reason != "profile_unknown") || n > 1 {
+					t.Errorf("%s: the leader skipped %v buckets of %s as %s", when, n, env, reason)
+				}
+			}
+		}
+	}
+	// stop stops replica i at b0+at with SIGKILL or SIGTERM and starts it
+	// again after down (wall time), returning when (platform time).
+	stop := func(i int, at time.Duration, sig syscall.Signal, down time.Duration) time.Time {
+		t.Helper()
+		r.waitSim(t, b0.Add(at))
+		name := map[syscall.Signal]string{syscall.SIGKILL: "SIGKILL", syscall.SIGTERM: "SIGTERM"}[sig]
+		if i == leader {
+			checkCounters("before the leader's " + name)
+		}
+		if sig == syscall.SIGKILL {
+			rx[i].kill9()
+		} else if err := rx[i].signal(sig); err != nil {
+			t.Errorf("rx-%d after %s: %v", i, name, err)
+		}
+		t.Logf("rx-%d stopped with %s at %s", i, name, r.clock.Now().Format("15:04:05"))
+		time.Sleep(down)
+		if i == other {
+			gate.set(false)
+		}
+		restarted := r.clock.Now()
+		rx[i].start()
+		waitReady(t, client, "http://"+addrs[i])
+		return restarted
+	}
+
+	// The other replica loses ClickHouse within b0 and is killed with
+	// records of b0 in its spool only; it stays down past b0's due time
+	// (b0+11m).
+	r.waitSim(t, b0.Add(time.Minute))
+	gate.set(true)
+	r.waitSim(t, b0.Add(2*time.Minute+30*time.Second))
+	lag := -1.0
+	for _, m := range parseText(t, scrapeText(t, client, metricsURL(other)))["edgepipe_rtld_sink_lag_entries"].GetMetric() {
+		if hasLabel(m, "sink", "clickhouse") {
+			lag = m.GetGauge().GetValue()
+		}
+	}
+	if lag <= 0 {
+		t.Fatalf("the other replica holds %v batches for ClickHouse before it is killed: the kill tests nothing", lag)
+	}
+	back := stop(other, 2*time.Minute+30*time.Second, syscall.SIGKILL, 9500*time.Millisecond)
+	stop(leader, 13*time.Minute+30*time.Second, syscall.SIGKILL, 300*time.Millisecond)
+	// Down while b0+5m falls due (the leader came back at about b0+13m50s:
+	// due 6 minutes later).
+	stop(other, 18*time.Minute+30*time.Second, syscall.SIGTERM, 2*time.Second)
+	stop(leader, 22*time.Minute+30*time.Second, syscall.SIGTERM, 300*time.Millisecond)
+
+	const buckets = 6
+	var rows map[string]map[time.Time]completeness
+	waitFor(t, fmt.Sprintf("the %d buckets from %s compared", buckets, b0.Format("15:04")), 2*time.Minute, func() bool {
+		rows = r.rows(t)
+		for _, env := range r.envs {
+			if _, ok := rows[env][b0.Add((buckets-1)*5*time.Minute)]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	r.checkRows(t, rows, func(string) bool { return true })
+	for _, env := range r.envs {
+		for i := range buckets {
+			at := b0.Add(time.Duration(i) * 5 * time.Minute)
+			if _, ok := rows[env][at]; !ok {
+				t.Errorf("%s: the bucket of %s was not compared", env, at.Format("15:04"))
+			}
+		}
+	}
+	// b0 was first compared after the killed replica came back and
+	// delivered its records.
+	first := r.ch.QueryUint64(t, fmt.Sprintf("SELECT toUInt64(min(reconciled_at)) FROM `%s`.log_completeness WHERE time = toDateTime(%d)", r.db, b0.Unix()))
+	if at := time.Unix(int64(first), 0); at.Before(back) {
+		t.Errorf("the bucket of %s was first compared at %s, before the replica killed with its records came back at %s",
+			b0.Format("15:04"), at.UTC().Format("15:04:05"), back.Format("15:04:05"))
+	}
+	checkCounters("at the end")
+	counters := reconciledCounters(t, client, metricsURL(leader))
+	for _, env := range r.envs {
+		if c := counters[env]; c == nil || c.buckets == 0 {
+			t.Errorf("%s: the leader compared no bucket since its last restart", env)
+		}
+	}
+	if c := reconciledCounters(t, client, metricsURL(other)); len(c) != 0 {
+		t.Errorf("the replica that does not compare publishes reconciliation series of %d environments", len(c))
+	}
+	// Nothing was damaged: no replica says its reconcile state was.
+	for i, p := range rx {
+		b, err := os.ReadFile(p.log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := grepLines(string(b), "state file was damaged"); l != "" {
+			t.Errorf("rx-%d, after its restarts:\n%s", i, l)
+		}
 	}
 }
 

@@ -81,11 +81,20 @@ var t0 = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 
 func newWorld(t *testing.T, envs ...string) *world {
 	t.Helper()
+	return newWorldWith(t, nil, envs...)
+}
+
+// newWorldWith is newWorld with the Metrics API api (nil: a fakeAPI, w.api).
+func newWorldWith(t *testing.T, api MetricsAPI, envs ...string) *world {
+	t.Helper()
 	w := &world{t: t, api: &fakeAPI{requests: map[string]map[int64]float64{}}, reg: prometheus.NewRegistry(), wall: time.Unix(1_000_000, 0)}
+	if api == nil {
+		api = w.api
+	}
 	w.clock = NewPlatformTime(func() time.Time { return w.wall })
 	w.clock.ObserveDate(t0, 0)
 	r, err := New(Config{EnvironmentIDs: envs, Delay: 10 * time.Minute, Interval: time.Second, GiveUpAfter: time.Hour,
-		Dir: t.TempDir(), Metrics: w.api, Clock: w.clock, ProfileName: "edgepipe", Registerer: w.reg})
+		Dir: t.TempDir(), Metrics: api, Clock: w.clock, ProfileName: "edgepipe", Registerer: w.reg})
 	if err != nil {
 		t.Fatal(err)
 	}

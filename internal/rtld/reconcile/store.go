@@ -106,8 +106,6 @@ type store struct {
 // them so once it knows the platform's time.
 func openStore(dir string, envs []string) (s *store, lost bool, err error) {
 	path := filepath.Join(dir, StateFile)
-	_, statErr := os.Stat(path)
-	existed := statErr == nil
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, false, fmt.Errorf("reconcile state: %w", err)
 	}
@@ -120,7 +118,9 @@ func openStore(dir string, envs []string) (s *store, lost bool, err error) {
 		s.envs[e] = &envState{buckets: map[int64]*bucketState{}}
 	}
 	if data == nil {
-		return s, existed, nil
+		// Never saved (a replica killed before its first save, or one
+		// that does not compare): nothing is lost. Damaged: all of it.
+		return s, f.Damaged(), nil
 	}
 	if err := s.load(data); err != nil {
 		s.envs = map[string]*envState{}

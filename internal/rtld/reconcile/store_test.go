@@ -104,12 +104,21 @@ func TestStoreCountsEachBatchOnceAcrossRestarts(t *testing.T) {
 }
 
 // TestStoreDamagedStateIsLost: a state file whose slots are both damaged
-// opens empty and says its counts are lost; a missing one is a fresh start.
+// opens empty and says its counts are lost; a missing one is a fresh
+// start, and so is one never saved to (a replica killed before its first
+// save, or one that does not compare and never saves).
 func TestStoreDamagedStateIsLost(t *testing.T) {
 	dir := t.TempDir()
-	s, lost, err := openStore(dir, []string{"env-a"})
-	if err != nil || lost {
-		t.Fatalf("fresh: %v, lost %v", err, lost)
+	for _, when := range []string{"fresh", "reopened before the first save"} {
+		s, lost, err := openStore(dir, []string{"env-a"})
+		if err != nil || lost {
+			t.Fatalf("%s: %v, lost %v", when, err, lost)
+		}
+		s.Close()
+	}
+	s, _, err := openStore(dir, []string{"env-a"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	s.countBatch(0, batch("env-a", "ag", 0, 1795600201), time.Now())
 	if _, err := s.save(); err != nil {
@@ -124,7 +133,7 @@ func TestStoreDamagedStateIsLost(t *testing.T) {
 	if err := os.WriteFile(path, bytes.Repeat([]byte{0x5a}, int(fi.Size())), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, lost, err = openStore(dir, []string{"env-a"})
+	s, lost, err := openStore(dir, []string{"env-a"})
 	if err != nil || !lost {
 		t.Fatalf("damaged: %v, lost %v; want lost", err, lost)
 	}

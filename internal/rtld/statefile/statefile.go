@@ -38,6 +38,8 @@ type File struct {
 	path string
 	slot int64  // slot size in bytes, header included
 	seq  uint64 // sequence of the newest slot
+	// damaged: Open found the file without any intact content.
+	damaged bool
 }
 
 // Options configure Open.
@@ -49,7 +51,7 @@ type Options struct {
 
 // Open opens the state file at path, creating it (empty) if it does not
 // exist, and returns it with its newest intact content (nil when none was
-// ever written, or when both slots are damaged).
+// ever written, or when both slots are damaged: Damaged tells them apart).
 func Open(path string, opts Options) (*File, []byte, error) {
 	if opts.Capacity < 64 {
 		opts.Capacity = 64
@@ -76,7 +78,11 @@ func Open(path string, opts Options) (*File, []byte, error) {
 		if err := s.create(nil, slotSize(opts.Capacity)); err != nil {
 			return nil, nil, err
 		}
-		return Open(path, opts)
+		f, data, err := Open(path, opts)
+		if f != nil {
+			f.damaged = true
+		}
+		return f, data, err
 	}
 	var newest []byte
 	found := false
@@ -89,8 +95,15 @@ func Open(path string, opts Options) (*File, []byte, error) {
 	if found && len(newest) == 0 {
 		newest = nil
 	}
+	s.damaged = !found
 	return s, newest, nil
 }
+
+// Damaged reports whether Open found the file but no intact content in it
+// (both slots damaged, or not a state file), so that what it held is
+// lost. A file Open created, or one not written to since, is not damaged:
+// its content is empty.
+func (s *File) Damaged() bool { return s.damaged }
 
 func slotSize(capacity int) int64 {
 	n := int64(headerSize + capacity)

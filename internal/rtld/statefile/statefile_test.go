@@ -107,3 +107,45 @@ func flip(t *testing.T, path string, off int64) {
 		t.Fatal(err)
 	}
 }
+
+// TestDamaged: a file created, or reopened before any write, is empty but
+// not damaged; one with both slots damaged, or too short to be a state
+// file, is.
+func TestDamaged(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		harm    func(path string, slot int64)
+		damaged bool
+	}{
+		{"never written", func(string, int64) {}, false},
+		{"one slot torn", func(path string, _ int64) { flip(t, path, 5) }, false},
+		{"both slots torn", func(path string, slot int64) { flip(t, path, 5); flip(t, path, slot+5) }, true},
+		{"cut short", func(path string, _ int64) {
+			if err := os.Truncate(path, 10); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "state")
+			f, _, err := Open(path, Options{Capacity: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Damaged() {
+				t.Fatal("a file just created is damaged")
+			}
+			slot := f.slot
+			f.Close()
+			tc.harm(path, slot)
+			f, got, err := Open(path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if got != nil || f.Damaged() != tc.damaged {
+				t.Errorf("content %q, damaged %v; want none, damaged %v", got, f.Damaged(), tc.damaged)
+			}
+		})
+	}
+}
