@@ -38,11 +38,12 @@ func Completeness() *clickhouse.Table {
 			{Name: "sampling", Type: "Float64"},
 			{Name: "reconciled_at", Type: "DateTime"},
 		},
-		Engine:      "ReplacingMergeTree",
-		EngineArgs:  []string{"`reconciled_at`"},
-		PartitionBy: "toYYYYMM(`time`)",
-		OrderBy:     []string{"environment_id", "`time`"},
-		ShardingKey: "cityHash64(environment_id)",
+		Engine:         "ReplacingMergeTree",
+		EngineArgs:     []string{"`reconciled_at`"},
+		PartitionBy:    "toYYYYMM(`time`)",
+		OrderBy:        []string{"environment_id", "`time`"},
+		ShardingKey:    "cityHash64(environment_id)",
+		WritesOwnTypes: true,
 	}
 }
 
@@ -57,10 +58,11 @@ func Progress() *clickhouse.Table {
 			{Name: "reported_at", Type: "DateTime"},
 			{Name: "stopped", Type: "UInt8"},
 		},
-		Engine:      "ReplacingMergeTree",
-		EngineArgs:  []string{"reported_at"},
-		OrderBy:     []string{"replica"},
-		ShardingKey: "cityHash64(replica)",
+		Engine:         "ReplacingMergeTree",
+		EngineArgs:     []string{"reported_at"},
+		OrderBy:        []string{"replica"},
+		ShardingKey:    "cityHash64(replica)",
+		WritesOwnTypes: true,
 	}
 }
 

@@ -66,6 +66,9 @@ func (s *Schema) Inspect(ctx context.Context, t *Table) (*TableReport, error) {
 	if r.Exists {
 		r.Missing = MissingColumns(t, r.Columns)
 	}
+	if r.Exists && r.Problem == nil && t.WritesOwnTypes {
+		r.Problem = ColumnTypesProblem(t, r.Columns)
+	}
 	return r, nil
 }
 

@@ -402,6 +402,12 @@ func (s *Schema) entryColumns(ctx context.Context, t *Table, st *TableState, wai
 	st.Columns = cols
 	missing := MissingColumns(t, cols)
 	if len(cols) > 0 && len(missing) == 0 {
+		if !t.WritesOwnTypes {
+			return nil
+		}
+		if err := ColumnTypesProblem(t, cols); err != nil {
+			return &SchemaError{Table: s.db.Table(t.Name), Reason: err.Error()}
+		}
 		return nil
 	}
 	reason := "table missing"

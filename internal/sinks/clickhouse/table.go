@@ -47,6 +47,11 @@ type Table struct {
 	// View, when set, is the materialized view that fills the table from
 	// another table's INSERTs (see View).
 	View *View
+	// WritesOwnTypes marks a table whose writers insert values of its
+	// Columns' types, whatever types an existing table has: Ensure refuses
+	// (a SchemaError), and Inspect reports as the table's Problem, a column
+	// of another type that cannot take them (ColumnTypesProblem).
+	WritesOwnTypes bool
 }
 
 // setting is a MergeTree table setting.

@@ -100,11 +100,12 @@ func table(name string, cols []clickhouse.Column, key ...string) *clickhouse.Tab
 		orderBy[i] = clickhouse.QuoteIdent(k)
 	}
 	return &clickhouse.Table{
-		Name:        name,
-		Columns:     cols,
-		Engine:      "ReplacingMergeTree",
-		EngineArgs:  []string{clickhouse.QuoteIdent(ColumnVersion)},
-		OrderBy:     orderBy,
-		ShardingKey: "cityHash64(" + clickhouse.QuoteIdent(ColumnEnvironmentID) + ")",
+		Name:           name,
+		Columns:        cols,
+		Engine:         "ReplacingMergeTree",
+		EngineArgs:     []string{clickhouse.QuoteIdent(ColumnVersion)},
+		OrderBy:        orderBy,
+		ShardingKey:    "cityHash64(" + clickhouse.QuoteIdent(ColumnEnvironmentID) + ")",
+		WritesOwnTypes: true,
 	}
 }

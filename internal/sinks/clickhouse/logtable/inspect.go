@@ -24,10 +24,7 @@ func OpenReadOnly(ctx context.Context, cfg Config) (*clickhouse.DB, error) {
 // cannot hold its field, its per-minute rollup (table and view; none when
 // access_logs cannot feed it, which the sink logs), the environments table
 // the sink makes for the dashboards, then each of extra (the
-// reconciliation's tables), each but the rollup with as its Problem the
-// columns of another type than their writers insert
-// (clickhouse.ColumnTypesProblem). An error means the server could not be
-// read.
+// reconciliation's tables). An error means the server could not be read.
 func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config, extra ...*clickhouse.Table) ([]*clickhouse.TableReport, error) {
 	cfg = cfg.withDefaults()
 	spec, err := TableSpec(db.Version(), cfg.Fields, nil, cfg.Retention)
@@ -51,17 +48,13 @@ func Inspect(ctx context.Context, db *clickhouse.DB, cfg Config, extra ...*click
 			return nil, err
 		}
 	}
-	rollup, err := RollupSpec(db.Version(), spec, cfg.Retention)
-	if err == nil {
+	if rollup, err := RollupSpec(db.Version(), spec, cfg.Retention); err == nil {
 		tables = append([]*clickhouse.Table{rollup}, tables...)
 	}
 	for _, t := range append(tables, extra...) {
 		r, err := schema.Inspect(ctx, t)
 		if err != nil {
 			return nil, fmt.Errorf("ClickHouse table %s: %w", db.Table(t.Name), err)
-		}
-		if t != rollup && r.Exists && r.Problem == nil { // the view writes the rollup
-			r.Problem = clickhouse.ColumnTypesProblem(t, r.Columns)
 		}
 		reports = append(reports, r)
 	}

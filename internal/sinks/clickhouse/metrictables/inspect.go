@@ -19,9 +19,8 @@ func (s *Sink) OpenReadOnly(ctx context.Context) (*clickhouse.DB, error) {
 // with OpenReadOnly): the table of each dataset, as exported, with every
 // column of its descriptor, then each of extra (the inventory's tables).
 // It creates and alters nothing. An error means the server could not be
-// read; what keeps the sink from writing a table (a column of another type
-// than the sink writes, clickhouse.ColumnTypesProblem) is its report's
-// Problem.
+// read; what keeps the sink from writing a table (e.g. a column of another
+// type than the sink writes) is its report's Problem.
 func (s *Sink) Inspect(ctx context.Context, db *clickhouse.DB, datasets []metricsapi.Dataset, extra ...*clickhouse.Table) ([]*clickhouse.TableReport, error) {
 	schema := clickhouse.NewSchema(db, s.log)
 	defer schema.Close()
@@ -36,9 +35,6 @@ func (s *Sink) Inspect(ctx context.Context, db *clickhouse.DB, datasets []metric
 		r, err := schema.Inspect(ctx, t)
 		if err != nil {
 			return nil, fmt.Errorf("ClickHouse table %s: %w", db.Table(t.Name), err)
-		}
-		if r.Exists && r.Problem == nil {
-			r.Problem = clickhouse.ColumnTypesProblem(t, r.Columns)
 		}
 		reports = append(reports, r)
 	}

@@ -2,6 +2,7 @@ package metrictables_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/edgepipe/edgepipe/internal/metricsapi"
 	"github.com/edgepipe/edgepipe/internal/schedule"
+	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/metrictables"
 	"github.com/edgepipe/edgepipe/internal/testenv"
 )
@@ -146,5 +148,42 @@ func TestNewMetricAddsColumn(t *testing.T) {
 	}
 	if n := countRows(t, conn, fmt.Sprintf("SELECT count() FROM migrate.edge_errors FINAL WHERE time = toDateTime(%d)", t3.Unix())); n != 2 {
 		t.Errorf("%d rows for two countries under FINAL, want 2", n)
+	}
+}
+
+// TestIncompatibleColumnNamed: a metrics column of a type that cannot take
+// the sink's values (a Date for a counter) fails the write with the column
+// and the ALTER TABLE that fixes it, not with the driver's conversion
+// error; once altered, the same rows are written.
+func TestIncompatibleColumnNamed(t *testing.T) {
+	ch := testenv.ClickHouse(t)
+	db := ch.NewDatabase(t)
+	ch.Exec(t, "CREATE TABLE "+db+".edge_errors (time DateTime, granularity String, environment_id String, version UInt64, requests_edge_total Date) "+
+		"ENGINE = ReplacingMergeTree(version) ORDER BY (granularity, environment_id, time)")
+	sink, err := metrictables.NewSink(metrictables.SinkConfig{DSN: ch.DSN(db), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close(context.Background())
+	ctx := context.Background()
+	at := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	ds := &metricsapi.Dataset{Name: "edge_errors",
+		Dimensions: []metricsapi.Dimension{{Name: "time", Type: metricsapi.TypeDate}, {Name: "environment_id", Type: metricsapi.TypeString}},
+		Metrics:    []metricsapi.Metric{{Name: "requests_edge_total", Type: metricsapi.TypeNumber}}}
+	b := &schedule.Batch{Dataset: ds, Granularity: metricsapi.FiveMinutes, Metrics: []string{"requests_edge_total"},
+		Updates: []schedule.Update{{Row: metricsapi.Row{Time: at, Environment: "e", Values: []float64{7}}}}}
+	_, err = sink.Write(ctx, b)
+	var se *clickhouse.SchemaError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "column requests_edge_total of table edge_errors has type Date, but edgepipe writes UInt64 values into it") ||
+		!strings.Contains(err.Error(), "ALTER TABLE `edge_errors` MODIFY COLUMN `requests_edge_total` UInt64") {
+		t.Fatalf("write into a Date counter column: %v; want a SchemaError naming the column and the ALTER TABLE", err)
+	}
+	ch.Exec(t, "ALTER TABLE "+db+".edge_errors MODIFY COLUMN requests_edge_total UInt64")
+	if _, err := sink.Write(ctx, b); err != nil {
+		t.Fatalf("write after the ALTER: %v", err)
+	}
+	var total uint64
+	if err := ch.Conn(t).QueryRow(ctx, "SELECT requests_edge_total FROM "+db+".edge_errors FINAL").Scan(&total); err != nil || total != 7 {
+		t.Fatalf("stored %d, %v; want 7", total, err)
 	}
 }

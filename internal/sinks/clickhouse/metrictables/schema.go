@@ -171,14 +171,15 @@ func TableSpec(dataset string, cols []Column, v clickhouse.Version, retention ti
 		key[i] = clickhouse.QuoteIdent(k)
 	}
 	return &clickhouse.Table{
-		Name:          dataset,
-		Columns:       tc,
-		Engine:        "ReplacingMergeTree",
-		EngineArgs:    []string{clickhouse.QuoteIdent(ColumnVersion)},
-		PartitionBy:   "toYYYYMM(" + clickhouse.QuoteIdent(ColumnTime) + ")",
-		OrderBy:       key,
-		ShardingKey:   "cityHash64(" + clickhouse.QuoteIdent(ColumnEnvironment) + ")",
-		Retention:     retention,
-		RetentionTime: clickhouse.QuoteIdent(ColumnTime),
+		Name:           dataset,
+		Columns:        tc,
+		Engine:         "ReplacingMergeTree",
+		EngineArgs:     []string{clickhouse.QuoteIdent(ColumnVersion)},
+		PartitionBy:    "toYYYYMM(" + clickhouse.QuoteIdent(ColumnTime) + ")",
+		OrderBy:        key,
+		ShardingKey:    "cityHash64(" + clickhouse.QuoteIdent(ColumnEnvironment) + ")",
+		Retention:      retention,
+		RetentionTime:  clickhouse.QuoteIdent(ColumnTime),
+		WritesOwnTypes: true,
 	}
 }
