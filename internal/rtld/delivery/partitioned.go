@@ -117,6 +117,11 @@ type PartitionWorker struct {
 	// PartitionsInterval is how often the sink is asked for its number of
 	// partitions (default DefaultPartitionsInterval).
 	PartitionsInterval time.Duration
+	// IngestBusy and MaxDefer let ingest go first while it is saturated,
+	// as for Worker: the batches read are held back before they are queued
+	// for their partitions.
+	IngestBusy func() float64
+	MaxDefer   time.Duration
 	// MarksFile, when set, keeps for every partition the spool index below
 	// which all its batches are delivered (rewritten in place with the
 	// spool position): after a restart a partition is not sent again what
@@ -176,6 +181,9 @@ func (w PartitionWorker) withDefaults() PartitionWorker {
 	}
 	if w.PartitionsInterval == 0 {
 		w.PartitionsInterval = DefaultPartitionsInterval
+	}
+	if w.MaxDefer == 0 {
+		w.MaxDefer = DefaultMaxDefer
 	}
 	return w
 }
@@ -367,6 +375,7 @@ func (r *partitionRun) notify() {
 // dispatch reads the spool and queues every batch for its partition until
 // ctx ends or the spool fails.
 func (r *partitionRun) dispatch(ctx context.Context) error {
+	yield := yielder{busy: r.w.IngestBusy, maxDefer: r.w.MaxDefer, sink: r.w.Name, metrics: r.w.Metrics}
 	for {
 		if err := r.waitForALane(ctx); err != nil {
 			return nil //nolint:nilerr // ctx ended
@@ -377,6 +386,9 @@ func (r *partitionRun) dispatch(ctx context.Context) error {
 				return nil //nolint:nilerr // a stopped worker or a closed spool ends reading normally
 			}
 			return fmt.Errorf("%s worker reading the spool: %w", r.w.Name, err)
+		}
+		if len(entries) > 0 && !yield.wait(ctx, entries[0].Time) {
+			return nil
 		}
 		r.mu.Lock()
 		start := r.read
