@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -435,7 +436,9 @@ type benchReceiver struct {
 	p         *receiverProcess
 	ch        *testenv.ClickHouseServer // nil without sinks
 	base      string
+	pool      *x509.CertPool
 	cpu0, ch0 time.Duration
+	rchar0    int64
 	withSinks bool
 }
 
@@ -449,7 +452,7 @@ func startBenchReceiver(b *testing.B, cert testCert, sinks bool) *benchReceiver 
 		"--no-register", "--web.listen-address=" + addr, "--web.config.file=" + cert.webConfig(b), "--log.level=warn",
 		"--spool.dir=" + filepath.Join(b.TempDir(), "spool"),
 	}
-	rcv := &benchReceiver{base: "https://" + addr, withSinks: sinks}
+	rcv := &benchReceiver{base: "https://" + addr, pool: cert.pool, withSinks: sinks}
 	if sinks {
 		kafka := testenv.Kafka(b)
 		kafka.CreateTopic(b, "bench", 6)
@@ -460,6 +463,7 @@ func startBenchReceiver(b *testing.B, cert testCert, sinks bool) *benchReceiver 
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cert.pool}}, Timeout: 5 * time.Second}
 	waitReady(b, client, rcv.base)
 	rcv.cpu0 = pidCPU(b, rcv.p.cmd.Process.Pid)
+	rcv.rchar0 = procIO(b, rcv.p, "rchar")
 	if rcv.ch != nil {
 		rcv.ch0 = pidCPU(b, rcv.ch.Pid())
 	}
@@ -486,10 +490,44 @@ func (r *benchReceiver) drained(client *http.Client) func() bool {
 // clickhouse-server's CPU per record.
 func (r *benchReceiver) report(b *testing.B, records int) {
 	b.ReportMetric(float64(procStatusKB(b, r.p, "VmHWM"))/1024, "peak-rss-MiB")
+	if r.withSinks {
+		// How long the workers held batches back for ingest, both sinks
+		// together.
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: r.pool}}}
+		deferred := 0.0
+		for _, sink := range []string{"kafka", "clickhouse"} {
+			// -1: never deferred (no series yet).
+			deferred += max(0, scrape(c, r.base+"/metrics", `edgepipe_rtld_sink_deferred_seconds_total{sink="`+sink+`"}`))
+		}
+		b.ReportMetric(deferred, "sink-deferred-s")
+	}
 	b.ReportMetric(float64((pidCPU(b, r.p.cmd.Process.Pid)-r.cpu0).Microseconds())/float64(records), "rcv-cpu-us/record")
+	// Bytes the process read per record (sockets, and the spool: once per
+	// sink, more when a Kafka partition fell behind and read it again).
+	b.ReportMetric(float64(procIO(b, r.p, "rchar")-r.rchar0)/float64(records), "rcv-read-B/record")
 	if r.ch != nil {
 		b.ReportMetric(float64((pidCPU(b, r.ch.Pid())-r.ch0).Microseconds())/float64(records), "ch-cpu-us/record")
 	}
+}
+
+// procIO returns a counter of /proc/<pid>/io of the receiver process.
+func procIO(b testing.TB, p *receiverProcess, field string) int64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", p.cmd.Process.Pid))
+	if err != nil {
+		b.Fatalf("reading the receiver's I/O counters: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+": "); ok {
+			n, err := strconv.ParseInt(rest, 10, 64)
+			if err != nil {
+				b.Fatalf("%s: %v", line, err)
+			}
+			return n
+		}
+	}
+	b.Fatalf("no %s in /proc/<pid>/io", field)
+	return 0
 }
 
 // pidCPU returns the user+system CPU time process pid has used.
