@@ -310,8 +310,10 @@ var bareRates = map[string]float64{}
 // delivered rates over each bare server's of the same invocation
 // (ack-ratio and ratio against bare-stdlib, ack-ratio-accesslog and
 // ratio-accesslog), peak-rss-MiB: the process's peak resident memory
-// (VmHWM), rcv-cpu-us/record: the receiver process's CPU per record, and
-// ch-cpu-us/record: clickhouse-server's. Run the bare servers first, and
+// (VmHWM), rcv-cpu-us/record: the receiver process's CPU per record,
+// ch-cpu-us/record: clickhouse-server's, rcv-read-B/record: the bytes the
+// receiver read per record (sockets and spool), and sink-deferred-s: how
+// long both sinks' workers held batches back while ingest was saturated. Run the bare servers first, and
 // alternate runs with -count 1 in a loop (-count 2 runs every bare server
 // twice, then every receiver twice).
 //
@@ -442,6 +444,10 @@ type benchReceiver struct {
 	withSinks bool
 }
 
+// benchReceiverArgsEnv names the environment variable whose
+// space-separated flags the benchmarks add to the receiver's.
+const benchReceiverArgsEnv = "EDGEPIPE_BENCH_RECEIVER_ARGS"
+
 // startBenchReceiver starts the receiver binary over https with its
 // default settings, and with sinks both of them: kfake in this process (a
 // topic of 6 partitions) and ClickHouse.
@@ -459,6 +465,8 @@ func startBenchReceiver(b *testing.B, cert testCert, sinks bool) *benchReceiver 
 		rcv.ch = testenv.ClickHouse(b)
 		args = append(args, "--kafka.brokers="+kafka.Addr(), "--kafka.topic=bench", "--clickhouse.dsn="+rcv.ch.DSN(rcv.ch.NewDatabase(b)))
 	}
+	// More flags to compare settings, e.g. --no-delivery.ingest-first.
+	args = append(args, strings.Fields(os.Getenv(benchReceiverArgsEnv))...)
 	rcv.p = startReceiver(b, args, []string{"EDGEPIPE_RTLD_USERNAME=bench", "EDGEPIPE_RTLD_PASSWORD=bench"})
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cert.pool}}, Timeout: 5 * time.Second}
 	waitReady(b, client, rcv.base)
