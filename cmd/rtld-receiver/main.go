@@ -45,6 +45,7 @@ import (
 	"github.com/edgepipe/edgepipe/internal/platform"
 	"github.com/edgepipe/edgepipe/internal/rtld"
 	"github.com/edgepipe/edgepipe/internal/rtld/deadletter"
+	"github.com/edgepipe/edgepipe/internal/rtld/delivery"
 	"github.com/edgepipe/edgepipe/internal/rtld/receiver"
 	"github.com/edgepipe/edgepipe/internal/rtld/reconcile"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
@@ -108,6 +109,7 @@ type flags struct {
 	bodyTimeout         time.Duration
 	retryAfter          time.Duration
 	gapGrace            time.Duration
+	ingestFirst         bool
 	logMetrics          logMetricsFlags
 	reconcile           reconcileFlags
 	simulate            bool
@@ -189,6 +191,7 @@ func newCommandLine(stdout, stderr io.Writer) *flags {
 	app.Flag("ingest.body-timeout", "Time a request body may take to arrive; slower senders get 408 and hold no ingest slot meanwhile.").Default(rtld.DefaultBodyTimeout.String()).DurationVar(&f.bodyTimeout)
 	app.Flag("ingest.retry-after", "Retry-After sent with 503 answers.").Default(rtld.DefaultRetryAfter.String()).DurationVar(&f.retryAfter)
 	app.Flag("dead-letter.max-bytes", "Size bound of the dead-letter store (<spool.dir>/dead-letter), all sinks together; rejected records that do not fit are dropped for that sink (the other sink still has them), counted in edgepipe_rtld_dead_letter_dropped_records_total and logged.").Default(units.Base2Bytes(deadletter.DefaultMaxBytes).String()).BytesVar(&f.deadLetterMaxBytes)
+	app.Flag("delivery.ingest-first", "While ingest is saturated, the sinks' workers hold back the batches they read, each at most "+delivery.DefaultMaxDefer.String()+" after it was spooled, so the answers to the platform get the CPU first (edgepipe_rtld_sink_deferred_seconds_total). --no-delivery.ingest-first delivers at once.").Default("true").BoolVar(&f.ingestFirst)
 	app.Flag("gap.grace", "How long a missing seq_num may stay missing (the platform retries) before it counts in edgepipe_rtld_seq_gaps_total.").Default(receiver.DefaultGapGrace.String()).DurationVar(&f.gapGrace)
 	f.logMetrics.add(app)
 	f.reconcile.add(app)
@@ -304,6 +307,7 @@ func receiverConfig(f *flags, sec secrets, log *slog.Logger) receiver.Config {
 		DeadLetterMaxBytes: int64(f.deadLetterMaxBytes),
 		EnvironmentIDs:     f.platform.EnvironmentIDs,
 		GapGrace:           f.gapGrace,
+		NoIngestFirst:      !f.ingestFirst,
 		Logger:             log,
 	}
 }

@@ -183,6 +183,7 @@ type Ingest struct {
 	userHash [32]byte
 	passHash [32]byte
 	gzPool   sync.Pool
+	load     IngestLoad
 }
 
 // NewIngest returns the ingest source writing to sp. dups may be nil. It
@@ -203,6 +204,9 @@ func NewIngest(cfg IngestConfig, sp Spooler, dups DuplicateChecker, m *Metrics, 
 		passHash: sha256.Sum256([]byte(cfg.Password)),
 	}, nil
 }
+
+// Load returns how busy ingest is (see IngestLoad).
+func (in *Ingest) Load() *IngestLoad { return &in.load }
 
 // Route is the ingest path pattern; the profile's destination_endpoint is
 // <public-url>/ingest/<environment_id>.
@@ -303,7 +307,11 @@ func (in *Ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		in.fail(w, http.StatusServiceUnavailable, StatusUnavailable, wire.n, "too many requests in flight, retry later")
 		return
 	}
-	defer func() { <-in.sem }()
+	in.load.enter()
+	defer func() {
+		in.load.leave()
+		<-in.sem
+	}()
 
 	decoded, err := in.decompress(r.Context(), wire, gzipped)
 	in.release(wire.chunks...)

@@ -289,6 +289,17 @@ func (ch *ClickHouseServer) StartContext(ctx context.Context) error {
 	return nil
 }
 
+// Pid returns the server process's id (for measurements of its CPU time),
+// or 0 when it is not running.
+func (ch *ClickHouseServer) Pid() int {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.proc == nil || ch.proc.exited() {
+		return 0
+	}
+	return ch.proc.cmd.Process.Pid
+}
+
 // Running reports whether the server process is alive.
 func (ch *ClickHouseServer) Running() bool {
 	ch.mu.Lock()

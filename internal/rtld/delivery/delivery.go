@@ -68,6 +68,14 @@ type Worker struct {
 	// MinBackoff and MaxBackoff bound the retry delay (defaults
 	// DefaultMinBackoff and DefaultMaxBackoff).
 	MinBackoff, MaxBackoff time.Duration
+	// IngestBusy, when set, reports how busy ingest is
+	// (rtld.IngestLoad.Busy): while it is saturated, the worker holds the
+	// batches it read back for up to MaxDefer after they were spooled
+	// (see SaturatedBusy).
+	IngestBusy func() float64
+	// MaxDefer bounds that wait (default DefaultMaxDefer; negative: the
+	// worker never waits).
+	MaxDefer time.Duration
 }
 
 // Defaults of Worker and Deliverer.
@@ -94,6 +102,9 @@ func (w Worker) withDefaults() Worker {
 	}
 	if w.MaxBackoff == 0 {
 		w.MaxBackoff = DefaultMaxBackoff
+	}
+	if w.MaxDefer == 0 {
+		w.MaxDefer = DefaultMaxDefer
 	}
 	return w
 }
@@ -215,6 +226,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // spool fails.
 func (w *Worker) read(ctx context.Context, log *slog.Logger, out chan<- group) error {
 	prep, _ := w.Sink.(Preparer)
+	yield := yielder{busy: w.IngestBusy, maxDefer: w.MaxDefer, sink: w.Name, metrics: w.Metrics}
 	for {
 		entries, err := w.Reader.Next(ctx, w.MaxBatches, w.MaxBytes)
 		if err != nil {
@@ -225,6 +237,9 @@ func (w *Worker) read(ctx context.Context, log *slog.Logger, out chan<- group) e
 		}
 		if len(entries) == 0 {
 			continue
+		}
+		if !yield.wait(ctx, entries[0].Time) {
+			return nil
 		}
 		g := group{entries: entries, batches: make([]*accesslog.Batch, 0, len(entries))}
 		for _, e := range entries {

@@ -9,6 +9,9 @@ type Metrics struct {
 	batches *prometheus.CounterVec
 	errors  *prometheus.CounterVec
 	seconds *prometheus.HistogramVec
+	// deferred: seconds a worker held batches back while ingest was
+	// saturated.
+	deferred *prometheus.CounterVec
 
 	// Of a sink delivered by a PartitionWorker, by partition.
 	partitionUnconfirmed *prometheus.CounterVec
@@ -37,6 +40,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Duration of successful deliveries of a group of spooled batches to a sink.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}, []string{"sink"}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "edgepipe_rtld_sink_deferred_seconds_total",
+			Help: "Time a sink's worker held back batches it had read while ingest was saturated (ingest goes first; each batch at most 5 s after it was spooled).",
+		}, []string{"sink"}),
 	}
 	m.partitionUnconfirmed = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "edgepipe_rtld_sink_partition_unconfirmed_records_total",
@@ -54,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "edgepipe_rtld_sink_partition_behind",
 		Help: "1 while a partition that fell behind (its share of the memory for waiting records was full) reads its records from the spool again itself.",
 	}, []string{"sink", "partition"})
-	reg.MustRegister(m.records, m.batches, m.errors, m.seconds,
+	reg.MustRegister(m.records, m.batches, m.errors, m.seconds, m.deferred,
 		m.partitionUnconfirmed, m.partitionFailing, m.partitionQueued, m.partitionBehind)
 	return m
 }

@@ -117,6 +117,11 @@ type PartitionWorker struct {
 	// PartitionsInterval is how often the sink is asked for its number of
 	// partitions (default DefaultPartitionsInterval).
 	PartitionsInterval time.Duration
+	// IngestBusy and MaxDefer let ingest go first while it is saturated,
+	// as for Worker: the batches read are held back before they are queued
+	// for their partitions.
+	IngestBusy func() float64
+	MaxDefer   time.Duration
 	// MarksFile, when set, keeps for every partition the spool index below
 	// which all its batches are delivered (rewritten in place with the
 	// spool position): after a restart a partition is not sent again what
@@ -144,6 +149,11 @@ const (
 	// stillFailingEvery spaces the log lines of a partition that keeps
 	// failing.
 	stillFailingEvery = 30 * time.Second
+	// slowLane is how long a lane's delivery may take before the
+	// dispatcher stops waiting for the lane to make room (see
+	// waitForRoom): the longest the other lanes can go without new
+	// batches when one partition's leader hangs.
+	slowLane = 500 * time.Millisecond
 )
 
 // withDefaults returns w with every unset setting set to its default.
@@ -171,6 +181,9 @@ func (w PartitionWorker) withDefaults() PartitionWorker {
 	}
 	if w.PartitionsInterval == 0 {
 		w.PartitionsInterval = DefaultPartitionsInterval
+	}
+	if w.MaxDefer == 0 {
+		w.MaxDefer = DefaultMaxDefer
 	}
 	return w
 }
@@ -315,11 +328,14 @@ type lane struct {
 	delivered uint64
 
 	// Guarded by partitionRun.mu.
-	queue    []item          // oldest first
-	inFlight int             // queue[:inFlight] are being delivered
-	bytes    int64           // of queue
-	records  int             // of queue
-	behind   *spool.Position // set when the lane let go of batches: it reads the spool from here itself
+	queue    []item // oldest first
+	inFlight int    // queue[:inFlight] are being delivered
+	// deliveringSince is when the lane's delivery in progress started
+	// (zero between deliveries).
+	deliveringSince time.Time
+	bytes           int64           // of queue
+	records         int             // of queue
+	behind          *spool.Position // set when the lane let go of batches: it reads the spool from here itself
 }
 
 // low is where the lane's oldest batch not yet delivered starts, or nil.
@@ -359,6 +375,7 @@ func (r *partitionRun) notify() {
 // dispatch reads the spool and queues every batch for its partition until
 // ctx ends or the spool fails.
 func (r *partitionRun) dispatch(ctx context.Context) error {
+	yield := yielder{busy: r.w.IngestBusy, maxDefer: r.w.MaxDefer, sink: r.w.Name, metrics: r.w.Metrics}
 	for {
 		if err := r.waitForALane(ctx); err != nil {
 			return nil //nolint:nilerr // ctx ended
@@ -369,6 +386,9 @@ func (r *partitionRun) dispatch(ctx context.Context) error {
 				return nil //nolint:nilerr // a stopped worker or a closed spool ends reading normally
 			}
 			return fmt.Errorf("%s worker reading the spool: %w", r.w.Name, err)
+		}
+		if len(entries) > 0 && !yield.wait(ctx, entries[0].Time) {
+			return nil
 		}
 		r.mu.Lock()
 		start := r.read
@@ -391,7 +411,12 @@ func (r *partitionRun) dispatch(ctx context.Context) error {
 		}
 		r.mu.Lock()
 		for i, it := range items {
-			r.add(r.lanes[parts[i]], it)
+			l := r.lanes[parts[i]]
+			if !r.waitForRoom(ctx, l, it) {
+				r.mu.Unlock()
+				return nil
+			}
+			r.add(l, it)
 		}
 		r.read = start
 		r.mu.Unlock()
@@ -399,6 +424,63 @@ func (r *partitionRun) dispatch(ctx context.Context) error {
 			l.poke()
 		}
 	}
+}
+
+// waitForRoom waits until it fits in its lane's queue, for as long as
+// every lane holding batches keeps delivering (its delivery in progress
+// started less than slowLane ago): partitions that are only slower than
+// ingest are waited for, since letting go of a lane's batches would have
+// it read the spool again for them, every lane that fell behind reading
+// all of it. While some partition is failing or slow to answer, nothing
+// is waited for (add lets go of the batches that do not fit, and the
+// other lanes go on). It returns false when ctx ended. Callers hold r.mu,
+// which it releases while it waits.
+func (r *partitionRun) waitForRoom(ctx context.Context, l *lane, it item) bool {
+	for l.behind == nil && !r.fits(l, it) && r.progressing() {
+		for _, other := range r.lanes {
+			other.poke() // deliver what was queued so far
+		}
+		changed := r.changed
+		r.mu.Unlock()
+		t := time.NewTimer(slowLane)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		r.mu.Lock()
+		if ctx.Err() != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// progressing reports whether some lane holds batches and every lane that
+// does is delivering, each delivery in progress started less than
+// slowLane ago (a lane with a queue is delivering or about to). Callers
+// hold r.mu.
+func (r *partitionRun) progressing() bool {
+	holding := false
+	for _, l := range r.lanes {
+		if len(l.queue) == 0 {
+			continue
+		}
+		holding = true
+		if !l.deliveringSince.IsZero() && time.Since(l.deliveringSince) >= slowLane {
+			return false
+		}
+	}
+	return holding
+}
+
+// fits reports whether it may be queued in l now: within the lane's share
+// and the bound of all lanes together, or into an empty lane within the
+// bound (or when nothing is queued at all). Callers hold partitionRun.mu.
+func (r *partitionRun) fits(l *lane, it item) bool {
+	return l.bytes+it.bytes <= l.limit && r.queued+it.bytes <= r.w.MaxPendingBytes ||
+		len(l.queue) == 0 && (r.queued+it.bytes <= r.w.MaxPendingBytes || r.queued == 0)
 }
 
 // add queues it, or lets go of it when the lane is behind or full, or all
@@ -409,9 +491,7 @@ func (r *partitionRun) add(l *lane, it item) {
 	if it.start.Index < l.delivered {
 		return // delivered before a restart
 	}
-	fits := l.bytes+it.bytes <= l.limit && r.queued+it.bytes <= r.w.MaxPendingBytes ||
-		len(l.queue) == 0 && (r.queued+it.bytes <= r.w.MaxPendingBytes || r.queued == 0)
-	if l.behind == nil && fits {
+	if l.behind == nil && r.fits(l, it) {
 		l.queue = append(l.queue, it)
 		l.bytes += it.bytes
 		r.queued += it.bytes
@@ -471,6 +551,7 @@ func (r *partitionRun) runLane(ctx context.Context, l *lane) {
 			}
 		}
 		r.mu.Lock()
+		l.deliveringSince = time.Time{}
 		if reached != nil { // read from the spool: the lane is past it
 			l.behind = reached
 			r.caughtUp(l)
@@ -512,6 +593,7 @@ func (r *partitionRun) next(ctx context.Context, l *lane) ([]item, *spool.Positi
 				n++
 			}
 			l.inFlight = n
+			l.deliveringSince = time.Now()
 			items := l.queue[:n:n]
 			r.mu.Unlock()
 			return items, nil, nil

@@ -27,6 +27,8 @@ type partSink struct {
 	// entered and hold, when set, make the first delivery tell that it
 	// started and wait for hold to close.
 	entered, hold chan struct{}
+	// delay is how long every delivery takes.
+	delay time.Duration
 
 	mu        sync.Mutex
 	n         int
@@ -88,6 +90,7 @@ type partWrite struct {
 
 func (w *partWrite) Deliver(ctx context.Context) error {
 	s := w.s
+	time.Sleep(s.delay)
 	if s.hold != nil {
 		close(s.entered)
 		<-s.hold
@@ -271,6 +274,55 @@ func TestPartitionWorkerKeepsHealthyPartitionsFlowing(t *testing.T) {
 				t.Fatalf("delivered records = %v, want %d", n, 6*perAgent)
 			}
 		})
+	}
+}
+
+// rereadCounter counts the reads of a PartitionReader that read the spool
+// again.
+type rereadCounter struct {
+	PartitionReader
+	mu    sync.Mutex
+	reads int
+}
+
+func (c *rereadCounter) ReadFrom(p spool.Position, maxEntries int, maxBytes int64) ([]spool.Entry, error) {
+	c.mu.Lock()
+	c.reads++
+	c.mu.Unlock()
+	return c.PartitionReader.ReadFrom(p, maxEntries, maxBytes)
+}
+
+// TestPartitionWorkerWaitsForSlowPartitions: partitions that are only
+// slower than the spool fills (every delivery takes a while) are waited
+// for rather than let go of: no partition falls behind and the spool is
+// read once, not again by each partition for its batches.
+func TestPartitionWorkerWaitsForSlowPartitions(t *testing.T) {
+	const perAgent = 40
+	_, r := spoolOf(t, 3, perAgent, 100)
+	reader := &rereadCounter{PartitionReader: r}
+	sink := newPartSink(3)
+	sink.delay = 2 * time.Millisecond
+	m := NewMetrics(prometheus.NewRegistry())
+	w := &PartitionWorker{Name: "k", Log: quiet, Sink: sink, Reader: reader, Metrics: m, MaxBatches: 4, MaxBytes: 600,
+		MaxPendingBytes: 1200, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, CommitInterval: time.Millisecond}
+	stop := runPartitionWorker(t, w)
+	defer stop()
+	behind := 0.0
+	eventually(t, "every batch", func() bool {
+		for p := range 3 {
+			behind = max(behind, testutil.ToFloat64(m.partitionBehind.WithLabelValues("k", strconv.Itoa(p))))
+		}
+		return r.Committed().Index == 3*perAgent
+	})
+	for p := range 3 {
+		if got := seqsOf(sink.deliveredTo(p), fmt.Sprintf("p%d", p)); !slices.Equal(got, upTo(perAgent)) {
+			t.Fatalf("partition %d got seqs %v, want 0…%d once each in order", p, got, perAgent-1)
+		}
+	}
+	reader.mu.Lock()
+	defer reader.mu.Unlock()
+	if behind != 0 || reader.reads != 0 {
+		t.Fatalf("a partition fell behind (gauge %v) and the spool was read again %d times, with every partition delivering", behind, reader.reads)
 	}
 }
 

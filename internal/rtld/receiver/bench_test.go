@@ -2,8 +2,11 @@ package receiver_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -109,12 +112,20 @@ func writeRecords(buf *bytes.Buffer, r *rand.Rand, n, i int) {
 func drive(b *testing.B, url string, l benchLoad, drained func() bool) {
 	b.Helper()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients}}
-	driveWith(b, client, benchClients, url, l, drained)
+	driveWith(b, client, benchClients, url, l, drained, 5*time.Millisecond)
 }
 
-// driveWith is drive with a client and a number of posters; it returns the
-// rates it reported (records/s acknowledged, and until drained).
-func driveWith(b *testing.B, client *http.Client, clients int, url string, l benchLoad, drained func() bool) (acked, delivered float64) {
+// processPoll is how often a benchmark of the receiver process asks it
+// whether everything is delivered: asking means scraping its /metrics,
+// which costs the receiver about a millisecond of CPU with the log
+// metrics' series. Every 5 ms, as this benchmark did before, that was a
+// fifth of the receiver's CPU while it delivered.
+const processPoll = 100 * time.Millisecond
+
+// driveWith is drive with a client, a number of posters and how often to
+// call drained; it returns the rates it reported (records/s acknowledged,
+// and until drained).
+func driveWith(b *testing.B, client *http.Client, clients int, url string, l benchLoad, drained func() bool, poll time.Duration) (acked, delivered float64) {
 	b.Helper()
 	work := make(chan []byte)
 	lat := make([]time.Duration, 0, len(l.bodies))
@@ -167,7 +178,7 @@ func driveWith(b *testing.B, client *http.Client, clients int, url string, l ben
 	wg.Wait()
 	ackedIn := time.Since(start)
 	for !drained() {
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(poll)
 	}
 	elapsed := time.Since(start)
 	cpu := processCPU(b) - cpu0
@@ -192,7 +203,8 @@ func driveWith(b *testing.B, client *http.Client, clients int, url string, l ben
 }
 
 // BenchmarkIngest compares, on the same load in the same run:
-//   - bare: a net/http server that only gunzips and decodes each batch;
+//   - bare-stdlib, bare-accesslog: a net/http server that only gunzips and
+//     decodes each batch (see BenchmarkIngestHTTPS);
 //   - spool: the receiver with durability (fsync, group commit) and no sink;
 //   - spool-no-log-metrics: the same with --no-log-metrics.enabled (the
 //     other receiver runs have the log metrics on, as the program does by
@@ -204,12 +216,17 @@ func driveWith(b *testing.B, client *http.Client, clients int, url string, l ben
 //
 // Run: go test -run '^$' -bench Ingest -benchtime 200x ./internal/rtld/receiver/
 func BenchmarkIngest(b *testing.B) {
-	b.Run("bare", func(b *testing.B) {
-		l := makeLoad(b, b.N)
-		srv := httptest.NewServer(http.HandlerFunc(bareHandler))
-		defer srv.Close()
-		drive(b, srv.URL+"/ingest/env", l, func() bool { return true })
-	})
+	for _, bare := range []struct {
+		name string
+		h    http.HandlerFunc
+	}{{"bare-stdlib", bareStdlibHandler}, {"bare-accesslog", bareHandler}} {
+		b.Run(bare.name, func(b *testing.B) {
+			l := makeLoad(b, b.N)
+			srv := httptest.NewServer(bare.h)
+			defer srv.Close()
+			drive(b, srv.URL+"/ingest/env", l, func() bool { return true })
+		})
+	}
 	run := func(b *testing.B, withKafka, withClickHouse, withLogMetrics bool) {
 		l := makeLoad(b, b.N)
 		cfg := receiver.Config{
@@ -270,23 +287,35 @@ func processCPU(b *testing.B) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// bareRate is the bare server's rate of the last BenchmarkIngestHTTPS/bare
-// run, for the receiver's ratio.
-var bareRate float64
+// bareRates holds the rate of the last BenchmarkIngestHTTPS run of each
+// bare server, for the receiver's ratios.
+var bareRates = map[string]float64{}
 
 // BenchmarkIngestHTTPS is the receiver's throughput check: benchClients
 // posters of benchRecords-record batches over https, against
-//   - bare: an https server in this process that only gunzips and decodes
-//     each batch (accesslog.Decode), the most a receiver could do;
-//   - receiver: the rtld-receiver binary as a process with its default
-//     settings, durability on (fsync before every answer) and both sinks
-//     (kfake in this process, ClickHouse 18.16), timed until both sinks
-//     acknowledged every record.
+//   - bare-stdlib: an https server in this process that only gunzips and
+//     decodes each batch, as a third party would write it with the standard
+//     library (bareStdlibHandler: compress/gzip, and encoding/json
+//     decoding the envelope with its records as []json.RawMessage);
+//   - bare-accesslog: the same with the receiver's own decoder
+//     (klauspost/compress's gzip and accesslog.Decode, which validates and
+//     splits in one pass, 2 times cheaper than encoding/json);
+//   - receiver-spool: the rtld-receiver binary as a process with its
+//     default settings, durability on (fsync before every answer) and no
+//     sink: what ingest alone costs;
+//   - receiver: the same with both sinks (kfake in this process,
+//     ClickHouse 18.16), timed until both sinks acknowledged every record.
 //
-// The receiver reports, besides drive's rates, ack-ratio and ratio: its
-// acknowledged and its fully delivered rate over bare's (run bare first, in
-// the same invocation), peak-rss-MiB: the process's peak resident memory
-// (VmHWM), and rcv-cpu-us/record: the receiver process's CPU per record.
+// The receivers report, besides driveWith's rates, their acknowledged and
+// delivered rates over each bare server's of the same invocation
+// (ack-ratio and ratio against bare-stdlib, ack-ratio-accesslog and
+// ratio-accesslog), peak-rss-MiB: the process's peak resident memory
+// (VmHWM), rcv-cpu-us/record: the receiver process's CPU per record,
+// ch-cpu-us/record: clickhouse-server's, rcv-read-B/record: the bytes the
+// receiver read per record (sockets and spool), and sink-deferred-s: how
+// long both sinks' workers held batches back while ingest was saturated. Run the bare servers first, and
+// alternate runs with -count 1 in a loop (-count 2 runs every bare server
+// twice, then every receiver twice).
 //
 // Run: go test -run '^$' -bench 'IngestHTTPS' -benchtime 300x ./internal/rtld/receiver/
 func BenchmarkIngestHTTPS(b *testing.B) {
@@ -294,24 +323,34 @@ func BenchmarkIngestHTTPS(b *testing.B) {
 	client := func() *http.Client {
 		return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchClients, TLSClientConfig: &tls.Config{RootCAs: cert.pool}}}
 	}
-	b.Run("bare", func(b *testing.B) {
-		l := makeLoad(b, b.N)
-		srv := httptest.NewUnstartedServer(http.HandlerFunc(bareHandler))
-		srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert.tls}}
-		srv.StartTLS()
-		defer srv.Close()
-		bareRate, _ = driveWith(b, client(), benchClients, srv.URL+"/ingest/env", l, func() bool { return true })
-	})
-	b.Run("receiver", func(b *testing.B) {
-		l := makeLoad(b, b.N)
-		rcv := startBenchReceiver(b, cert)
-		acked, delivered := driveWith(b, client(), benchClients, rcv.base+"/ingest/env", l, rcv.drained(client()))
-		rcv.report(b, l.records)
-		if bareRate > 0 {
-			b.ReportMetric(acked/bareRate, "ack-ratio")
-			b.ReportMetric(delivered/bareRate, "ratio")
-		}
-	})
+	bare := func(name string, h http.HandlerFunc) {
+		b.Run(name, func(b *testing.B) {
+			l := makeLoad(b, b.N)
+			srv := httptest.NewUnstartedServer(h)
+			srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert.tls}}
+			srv.StartTLS()
+			defer srv.Close()
+			bareRates[name], _ = driveWith(b, client(), benchClients, srv.URL+"/ingest/env", l, func() bool { return true }, 0)
+		})
+	}
+	bare("bare-stdlib", bareStdlibHandler)
+	bare("bare-accesslog", bareHandler)
+	receiver := func(name string, sinks bool) {
+		b.Run(name, func(b *testing.B) {
+			l := makeLoad(b, b.N)
+			rcv := startBenchReceiver(b, cert, sinks)
+			acked, delivered := driveWith(b, client(), benchClients, rcv.base+"/ingest/env", l, rcv.drained(client()), processPoll)
+			rcv.report(b, l.records)
+			for _, r := range []struct{ bare, suffix string }{{"bare-stdlib", ""}, {"bare-accesslog", "-accesslog"}} {
+				if rate := bareRates[r.bare]; rate > 0 {
+					b.ReportMetric(acked/rate, "ack-ratio"+r.suffix)
+					b.ReportMetric(delivered/rate, "ratio"+r.suffix)
+				}
+			}
+		})
+	}
+	receiver("receiver-spool", false)
+	receiver("receiver", true)
 }
 
 // BenchmarkIngestBigBatches posts b.N batches of about 29 MB (decoded; the
@@ -346,12 +385,41 @@ func BenchmarkIngestBigBatches(b *testing.B) {
 		l.wire += int64(z.Len())
 	}
 	b.Logf("%d batches of %.1f MB (%.1f MB gzipped)", b.N, float64(l.decoded)/float64(b.N)/1e6, float64(l.wire)/float64(b.N)/1e6)
-	rcv := startBenchReceiver(b, cert)
+	rcv := startBenchReceiver(b, cert, true)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, TLSClientConfig: &tls.Config{RootCAs: cert.pool}}}
-	driveWith(b, client, 16, rcv.base+"/ingest/env", l, rcv.drained(client))
+	driveWith(b, client, 16, rcv.base+"/ingest/env", l, rcv.drained(client), processPoll)
 	rcv.report(b, l.records)
 }
 
+// bareStdlibHandler is the bare server as a third party would write it
+// with the standard library alone: it gunzips the body (compress/gzip) and
+// decodes the json envelope with encoding/json, keeping each record as
+// raw JSON (which encoding/json checks is valid, as any server accepting
+// JSON must), and answers 400 to a body it cannot read. It stores nothing.
+func bareStdlibHandler(w http.ResponseWriter, r *http.Request) {
+	zr, err := gzip.NewReader(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var batch struct {
+		AccountNumber string            `json:"account_number"`
+		AgentID       string            `json:"agent_id"`
+		Datestamp     string            `json:"datestamp"`
+		Platform      string            `json:"platform"`
+		ProfileID     int64             `json:"profile_id"`
+		SeqNum        int64             `json:"seq_num"`
+		Logs          []json.RawMessage `json:"logs"`
+	}
+	if err := json.NewDecoder(zr).Decode(&batch); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"status":"accepted","records":%d}`, len(batch.Logs))
+}
+
+// bareHandler is the bare server with the receiver's own decoder.
 func bareHandler(w http.ResponseWriter, r *http.Request) {
 	zr, err := kgzip.NewReader(r.Body)
 	if err != nil {
@@ -367,35 +435,56 @@ func bareHandler(w http.ResponseWriter, r *http.Request) {
 
 // benchReceiver is the receiver binary under a benchmark.
 type benchReceiver struct {
-	p    *receiverProcess
-	base string
-	cpu0 time.Duration
+	p         *receiverProcess
+	ch        *testenv.ClickHouseServer // nil without sinks
+	base      string
+	pool      *x509.CertPool
+	cpu0, ch0 time.Duration
+	rchar0    int64
+	withSinks bool
 }
 
+// benchReceiverArgsEnv names the environment variable whose
+// space-separated flags the benchmarks add to the receiver's.
+const benchReceiverArgsEnv = "EDGEPIPE_BENCH_RECEIVER_ARGS"
+
 // startBenchReceiver starts the receiver binary over https with its
-// default settings and both sinks: kfake in this process (a topic of 6
-// partitions) and ClickHouse.
-func startBenchReceiver(b *testing.B, cert testCert) *benchReceiver {
+// default settings, and with sinks both of them: kfake in this process (a
+// topic of 6 partitions) and ClickHouse.
+func startBenchReceiver(b *testing.B, cert testCert, sinks bool) *benchReceiver {
 	b.Helper()
-	kafka := testenv.Kafka(b)
-	kafka.CreateTopic(b, "bench", 6)
-	ch := testenv.ClickHouse(b)
 	addr := testenv.FreeAddr(b)
-	p := startReceiver(b, []string{
+	args := []string{
 		"--no-register", "--web.listen-address=" + addr, "--web.config.file=" + cert.webConfig(b), "--log.level=warn",
-		"--kafka.brokers=" + kafka.Addr(), "--kafka.topic=bench", "--clickhouse.dsn=" + ch.DSN(ch.NewDatabase(b)),
 		"--spool.dir=" + filepath.Join(b.TempDir(), "spool"),
-	}, []string{"EDGEPIPE_RTLD_USERNAME=bench", "EDGEPIPE_RTLD_PASSWORD=bench"})
-	rcv := &benchReceiver{p: p, base: "https://" + addr}
+	}
+	rcv := &benchReceiver{base: "https://" + addr, pool: cert.pool, withSinks: sinks}
+	if sinks {
+		kafka := testenv.Kafka(b)
+		kafka.CreateTopic(b, "bench", 6)
+		rcv.ch = testenv.ClickHouse(b)
+		args = append(args, "--kafka.brokers="+kafka.Addr(), "--kafka.topic=bench", "--clickhouse.dsn="+rcv.ch.DSN(rcv.ch.NewDatabase(b)))
+	}
+	// More flags to compare settings, e.g. --no-delivery.ingest-first.
+	args = append(args, strings.Fields(os.Getenv(benchReceiverArgsEnv))...)
+	rcv.p = startReceiver(b, args, []string{"EDGEPIPE_RTLD_USERNAME=bench", "EDGEPIPE_RTLD_PASSWORD=bench"})
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: cert.pool}}, Timeout: 5 * time.Second}
 	waitReady(b, client, rcv.base)
-	rcv.cpu0 = procCPU(b, p)
+	rcv.cpu0 = pidCPU(b, rcv.p.cmd.Process.Pid)
+	rcv.rchar0 = procIO(b, rcv.p, "rchar")
+	if rcv.ch != nil {
+		rcv.ch0 = pidCPU(b, rcv.ch.Pid())
+	}
 	return rcv
 }
 
-// drained reports whether both sinks acknowledged everything spooled.
+// drained reports whether both sinks acknowledged everything spooled
+// (always, without sinks).
 func (r *benchReceiver) drained(client *http.Client) func() bool {
 	return func() bool {
+		if !r.withSinks {
+			return true
+		}
 		for _, sink := range []string{"kafka", "clickhouse"} {
 			if scrape(client, r.base+"/metrics", `edgepipe_rtld_sink_lag_entries{sink="`+sink+`"}`) != 0 {
 				return false
@@ -405,18 +494,56 @@ func (r *benchReceiver) drained(client *http.Client) func() bool {
 	}
 }
 
-// report reports the receiver process's peak RSS and CPU per record.
+// report reports the receiver process's peak RSS and CPU per record, and
+// clickhouse-server's CPU per record.
 func (r *benchReceiver) report(b *testing.B, records int) {
 	b.ReportMetric(float64(procStatusKB(b, r.p, "VmHWM"))/1024, "peak-rss-MiB")
-	b.ReportMetric(float64((procCPU(b, r.p)-r.cpu0).Microseconds())/float64(records), "rcv-cpu-us/record")
+	if r.withSinks {
+		// How long the workers held batches back for ingest, both sinks
+		// together.
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: r.pool}}}
+		deferred := 0.0
+		for _, sink := range []string{"kafka", "clickhouse"} {
+			// -1: never deferred (no series yet).
+			deferred += max(0, scrape(c, r.base+"/metrics", `edgepipe_rtld_sink_deferred_seconds_total{sink="`+sink+`"}`))
+		}
+		b.ReportMetric(deferred, "sink-deferred-s")
+	}
+	b.ReportMetric(float64((pidCPU(b, r.p.cmd.Process.Pid)-r.cpu0).Microseconds())/float64(records), "rcv-cpu-us/record")
+	// Bytes the process read per record (sockets, and the spool: once per
+	// sink, more when a Kafka partition fell behind and read it again).
+	b.ReportMetric(float64(procIO(b, r.p, "rchar")-r.rchar0)/float64(records), "rcv-read-B/record")
+	if r.ch != nil {
+		b.ReportMetric(float64((pidCPU(b, r.ch.Pid())-r.ch0).Microseconds())/float64(records), "ch-cpu-us/record")
+	}
 }
 
-// procCPU returns the user+system CPU time a child process has used.
-func procCPU(b testing.TB, p *receiverProcess) time.Duration {
+// procIO returns a counter of /proc/<pid>/io of the receiver process.
+func procIO(b testing.TB, p *receiverProcess, field string) int64 {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", p.cmd.Process.Pid))
 	if err != nil {
-		b.Fatalf("reading the receiver's CPU time: %v", err)
+		b.Fatalf("reading the receiver's I/O counters: %v", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+": "); ok {
+			n, err := strconv.ParseInt(rest, 10, 64)
+			if err != nil {
+				b.Fatalf("%s: %v", line, err)
+			}
+			return n
+		}
+	}
+	b.Fatalf("no %s in /proc/<pid>/io", field)
+	return 0
+}
+
+// pidCPU returns the user+system CPU time process pid has used.
+func pidCPU(b testing.TB, pid int) time.Duration {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatalf("reading the CPU time of process %d: %v", pid, err)
 	}
 	// Fields after the command name (which may hold spaces): state is 3,
 	// utime 14, stime 15, in clock ticks of 1/100 s.

@@ -74,6 +74,11 @@ type Config struct {
 	// WatchInterval is how often profiles are read when Reconcile is set
 	// and no Registrar is (default rtld.DefaultRegisterInterval).
 	WatchInterval time.Duration
+	// NoIngestFirst turns off the sinks' deference to ingest: by default,
+	// while ingest is saturated, their workers hold the batches they read
+	// back for up to delivery.DefaultMaxDefer after each was spooled, so
+	// the answers to the platform get the CPU first.
+	NoIngestFirst bool
 	// GapGrace is how long a missing seq_num may stay missing before it
 	// counts as a gap (default DefaultGapGrace).
 	GapGrace time.Duration
@@ -190,6 +195,15 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("reconciliation needs the environment IDs"))
 	}
 	return errors.Join(errs...)
+}
+
+// ingestBusy returns what the delivery workers ask to let ingest go
+// first, or nil when Config.NoIngestFirst is set.
+func (r *Receiver) ingestBusy() func() float64 {
+	if r.cfg.NoIngestFirst {
+		return nil
+	}
+	return r.ingest.Load().Busy
 }
 
 // New opens the spool (recovering it) and prepares every part; nothing runs
@@ -533,11 +547,12 @@ func (r *Receiver) Run(ctx context.Context) error {
 		if ps, ok := sink.(delivery.Partitioned); ok {
 			// Kafka: every partition on its own.
 			w := &delivery.PartitionWorker{Name: name, Sink: ps, Reader: reader, DeadLetters: r.dead, Metrics: r.delivered, Log: r.log,
-				MarksFile: filepath.Join(r.cfg.SpoolDir, "partitions-"+name+".state")}
+				IngestBusy: r.ingestBusy(), MarksFile: filepath.Join(r.cfg.SpoolDir, "partitions-"+name+".state")}
 			start(name+" worker", w.Run)
 			continue
 		}
-		w := &delivery.Worker{Name: name, Sink: sink, Reader: reader, DeadLetters: r.dead, Metrics: r.delivered, Log: r.log}
+		w := &delivery.Worker{Name: name, Sink: sink, Reader: reader, DeadLetters: r.dead, Metrics: r.delivered, Log: r.log,
+			IngestBusy: r.ingestBusy()}
 		if name == SinkClickHouse {
 			// ClickHouse wants few large INSERTs (each one is a part to
 			// merge): up to 32 MiB of JSON (~16k records of 2 KB) at once.
