@@ -101,7 +101,7 @@ type Config struct {
 const (
 	kafkaMemory      = 2 * delivery.DefaultMaxPendingBytes
 	clickhouseMemory = 6 * clickhouseGroupBytes
-	baseMemory       = 96 << 20
+	baseMemory       = 64 << 20
 )
 
 // MemoryLimit returns the soft memory limit the receiver should run with
@@ -109,7 +109,7 @@ const (
 // bodies in flight (Ingest.MaxMemoryBytes) plus what the configured sinks
 // hold plus the rest, so that the collector keeps the heap near what the
 // settings let the receiver hold instead of letting it grow to twice what
-// is live (544 MiB with both sinks and the default settings).
+// is live (512 MiB with both sinks and the default settings).
 func (c Config) MemoryLimit() int64 {
 	n := c.Ingest.WithDefaults().MaxMemoryBytes + baseMemory
 	if c.Kafka != nil {
