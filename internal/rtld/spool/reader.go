@@ -226,6 +226,7 @@ func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBy
 		}
 		fr, err := r.readFrameTwice(&sf, seg, readOpts{alloc: true, keep: keep, pieces: &r.pieces})
 		if isDamage(err) {
+			// Damage found twice: quarantine and skip it like recovery.
 			r.skipDamage(sf, seg)
 			continue
 		}
