@@ -298,59 +298,85 @@ type Option struct {
 // regex ("/…/"; named groups text and value, else the first group is both,
 // else the whole line). Options are de-duplicated by text, as Grafana does.
 func QueryResultOptions(samples model.Vector, regex string) ([]Option, error) {
-	var re *regexp.Regexp
-	if regex != "" {
-		expr := strings.TrimPrefix(strings.TrimSuffix(regex, "/"), "/")
-		var err error
-		if re, err = regexp.Compile(expr); err != nil {
-			return nil, fmt.Errorf("variable regex %s: %w", regex, err)
-		}
+	re, err := variableRegex(regex)
+	if err != nil {
+		return nil, err
 	}
 	seen := map[string]bool{}
 	var out []Option
 	for _, s := range samples {
-		names := make([]string, 0, len(s.Metric))
-		for k := range s.Metric {
-			if k != model.MetricNameLabel {
-				names = append(names, string(k))
-			}
+		o, ok := lineOption(sampleLine(s), re)
+		if !ok || seen[o.Text] {
+			continue
 		}
-		sort.Strings(names)
-		parts := make([]string, len(names))
-		for i, k := range names {
-			parts[i] = k + `="` + string(s.Metric[model.LabelName(k)]) + `"`
-		}
-		line := fmt.Sprintf("%s{%s} %s %d", s.Metric[model.MetricNameLabel], strings.Join(parts, ","), s.Value, int64(s.Timestamp))
-		o := Option{Text: line, Value: line}
-		if re != nil {
-			m := re.FindStringSubmatch(line)
-			if m == nil {
-				continue
-			}
-			text, value := re.SubexpIndex("text"), re.SubexpIndex("value")
-			switch {
-			case text > 0 || value > 0:
-				if text > 0 {
-					o.Text = m[text]
-				}
-				if value > 0 {
-					o.Value = m[value]
-				}
-				if text <= 0 {
-					o.Text = o.Value
-				} else if value <= 0 {
-					o.Value = o.Text
-				}
-			case len(m) > 1:
-				o = Option{Text: m[1], Value: m[1]}
-			}
-		}
-		if !seen[o.Text] {
-			seen[o.Text] = true
-			out = append(out, o)
-		}
+		seen[o.Text] = true
+		out = append(out, o)
 	}
 	return out, nil
+}
+
+// variableRegex compiles a variable's regex ("/…/"), or returns nil for
+// none.
+func variableRegex(regex string) (*regexp.Regexp, error) {
+	if regex == "" {
+		return nil, nil
+	}
+	expr := strings.TrimPrefix(strings.TrimSuffix(regex, "/"), "/")
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return nil, fmt.Errorf("variable regex %s: %w", regex, err)
+	}
+	return re, nil
+}
+
+// sampleLine returns the line query_result makes of a sample:
+// `name{label="value",…} value timestamp_ms`, labels sorted.
+func sampleLine(s *model.Sample) string {
+	names := make([]string, 0, len(s.Metric))
+	for k := range s.Metric {
+		if k != model.MetricNameLabel {
+			names = append(names, string(k))
+		}
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = k + `="` + string(s.Metric[model.LabelName(k)]) + `"`
+	}
+	return fmt.Sprintf("%s{%s} %s %d", s.Metric[model.MetricNameLabel], strings.Join(parts, ","), s.Value, int64(s.Timestamp))
+}
+
+// lineOption returns the option the variable regex re (nil: none) makes of
+// line, or false when re does not match it.
+func lineOption(line string, re *regexp.Regexp) (Option, bool) {
+	if re == nil {
+		return Option{Text: line, Value: line}, true
+	}
+	m := re.FindStringSubmatch(line)
+	if m == nil {
+		return Option{}, false
+	}
+	text, value := re.SubexpIndex("text"), re.SubexpIndex("value")
+	switch {
+	case text > 0 || value > 0:
+		return namedGroupsOption(m, text, value), true
+	case len(m) > 1:
+		return Option{Text: m[1], Value: m[1]}, true
+	}
+	return Option{Text: line, Value: line}, true
+}
+
+// namedGroupsOption returns the option of the match m of a regex with a
+// group named text (index text, or <= 0 when none) or value, or both: a
+// missing one is the other.
+func namedGroupsOption(m []string, text, value int) Option {
+	switch {
+	case text <= 0:
+		return Option{Text: m[value], Value: m[value]}
+	case value <= 0:
+		return Option{Text: m[text], Value: m[text]}
+	}
+	return Option{Text: m[text], Value: m[value]}
 }
 
 // QueryResultExpr returns the expression of a query_result(expr) variable

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/edgepipe/edgepipe/internal/rtld/reconcile"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse"
 	"github.com/edgepipe/edgepipe/internal/sinks/clickhouse/inventorytables"
@@ -510,4 +512,51 @@ func allSelected(v Values) Values {
 		v.All[k] = true
 	}
 	return v
+}
+
+// TestQueryResultOptions pins how a query_result variable's regex shapes
+// and filters the options, as Grafana does.
+func TestQueryResultOptions(t *testing.T) {
+	sample := func(id, name string, v float64) *model.Sample {
+		return &model.Sample{
+			Metric:    model.Metric{model.MetricNameLabel: "edgepipe_up", "environment_id": model.LabelValue(id), "environment_name": model.LabelValue(name)},
+			Value:     model.SampleValue(v),
+			Timestamp: 1000,
+		}
+	}
+	samples := model.Vector{sample("env-1", "Shop", 1), sample("env-2", "Blog", 1), sample("env-1", "Shop2", 2)}
+	line := func(id, name, v string) string {
+		return `edgepipe_up{environment_id="` + id + `",environment_name="` + name + `"} ` + v + ` 1000`
+	}
+	opt := func(text, value string) Option { return Option{Text: text, Value: value} }
+	for _, tc := range []struct {
+		name, regex string
+		want        []Option
+	}{
+		{"no regex: the whole lines", "", []Option{
+			opt(line("env-1", "Shop", "1"), line("env-1", "Shop", "1")),
+			opt(line("env-2", "Blog", "1"), line("env-2", "Blog", "1")),
+			opt(line("env-1", "Shop2", "2"), line("env-1", "Shop2", "2")),
+		}},
+		{"first group, de-duplicated by text", `/environment_id="([^"]+)"/`, []Option{opt("env-1", "env-1"), opt("env-2", "env-2")}},
+		{"text and value groups", `/environment_id="(?P<value>[^"]+)".*environment_name="(?P<text>[^"]+)"/`,
+			[]Option{opt("Shop", "env-1"), opt("Blog", "env-2"), opt("Shop2", "env-1")}},
+		{"text group only", `/environment_name="(?P<text>[^"]+)"/`, []Option{opt("Shop", "Shop"), opt("Blog", "Blog"), opt("Shop2", "Shop2")}},
+		{"value group only", `/environment_id="(?P<value>[^"]+)"/`, []Option{opt("env-1", "env-1"), opt("env-2", "env-2")}},
+		{"no group: the whole matching line", `/env-2/`, []Option{opt(line("env-2", "Blog", "1"), line("env-2", "Blog", "1"))}},
+		{"no match", `/nowhere/`, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := QueryResultOptions(samples, tc.regex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if _, err := QueryResultOptions(samples, "/(/"); err == nil || !strings.Contains(err.Error(), "variable regex /(/") {
+		t.Errorf("invalid regex: got error %v", err)
+	}
 }

@@ -416,65 +416,26 @@ func (g *GapTracker) Run(ctx context.Context, r SpoolReader, interval time.Durat
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
-			// The tracker needs only each entry's metadata, at its start.
-			e, err := r.NextPrefixes(readCtx, 1024, gapPrefixBytes)
-			if err != nil {
-				readErr <- err
-				return
-			}
-			select {
-			case entries <- e:
-			case <-readCtx.Done():
-				readErr <- readCtx.Err()
-				return
-			}
-		}
+		readSpoolPrefixes(readCtx, r, entries, readErr)
 	}()
 	defer func() { cancel(); wg.Wait() }()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	var last *spool.Position
-	persist := func() error {
-		g.sweep(time.Now())
-		if err := g.save(); err != nil {
-			return err
-		}
-		if last != nil {
-			if err := r.Commit(*last); err != nil {
-				return fmt.Errorf("committing gap tracker position: %w", err)
-			}
-			last = nil
-		}
-		return nil
-	}
+	var last *spool.Position // after the last entry observed, until committed
 	for {
 		select {
 		case es := <-entries:
-			now := time.Now()
-			for _, e := range es {
-				g.mu.Lock()
-				skip := e.Index < g.next
-				g.mu.Unlock()
-				if skip {
-					continue // already in the saved state (a crash between save and commit)
-				}
-				if b, err := accesslog.UnmarshalHeader(e.Data); err == nil {
-					g.observe(b, now)
-				} else {
-					g.log.Error("rtld: unreadable spool entry", "index", e.Index, "err", err)
-				}
-				g.advance(e.Index + 1)
-				p := e.Next
-				last = &p
+			if p := g.observeEntries(es); p != nil {
+				last = p
 			}
 		case <-tick.C:
-			if err := persist(); err != nil {
+			var err error
+			if last, err = g.persist(r, last); err != nil {
 				g.log.Error("rtld: saving gap state", "err", err)
 			}
 		case err := <-readErr:
 			if ctx.Err() != nil || errors.Is(err, spool.ErrClosed) {
-				if perr := persist(); perr != nil {
+				if _, perr := g.persist(r, last); perr != nil {
 					g.log.Error("rtld: saving gap state", "err", perr)
 				}
 				return nil
@@ -482,4 +443,68 @@ func (g *GapTracker) Run(ctx context.Context, r SpoolReader, interval time.Durat
 			return fmt.Errorf("gap tracker reading the spool: %w", err)
 		}
 	}
+}
+
+// readSpoolPrefixes sends the entries of r, in slices, to entries until
+// reading fails or ctx ends, and then sends the error to readErr.
+func readSpoolPrefixes(ctx context.Context, r SpoolReader, entries chan<- []spool.Entry, readErr chan<- error) {
+	for {
+		// The tracker needs only each entry's metadata, at its start.
+		e, err := r.NextPrefixes(ctx, 1024, gapPrefixBytes)
+		if err != nil {
+			readErr <- err
+			return
+		}
+		select {
+		case entries <- e:
+		case <-ctx.Done():
+			readErr <- ctx.Err()
+			return
+		}
+	}
+}
+
+// observeEntries observes the batches of the spool entries es not in the
+// state yet and returns the position after the last of them (nil: none).
+func (g *GapTracker) observeEntries(es []spool.Entry) *spool.Position {
+	now := time.Now()
+	var last *spool.Position
+	for _, e := range es {
+		if g.hasRead(e.Index) {
+			continue // already in the saved state (a crash between save and commit)
+		}
+		if b, err := accesslog.UnmarshalHeader(e.Data); err == nil {
+			g.observe(b, now)
+		} else {
+			g.log.Error("rtld: unreadable spool entry", "index", e.Index, "err", err)
+		}
+		g.advance(e.Index + 1)
+		p := e.Next
+		last = &p
+	}
+	return last
+}
+
+// hasRead reports whether the tracker read the spool entry index already.
+func (g *GapTracker) hasRead(index uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return index < g.next
+}
+
+// persist sweeps for gaps, saves the state and then commits r up to last
+// (when set). It returns the position still to commit: nil once committed,
+// last when saving or committing failed.
+func (g *GapTracker) persist(r SpoolReader, last *spool.Position) (*spool.Position, error) {
+	g.sweep(time.Now())
+	if err := g.save(); err != nil {
+		return last, err
+	}
+	if last == nil {
+		return nil, nil
+	}
+	if err := r.Commit(*last); err != nil {
+		return last, fmt.Errorf("committing gap tracker position: %w", err)
+	}
+	return nil, nil
 }

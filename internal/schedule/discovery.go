@@ -60,78 +60,146 @@ type Discovery struct {
 // completely (or, with a Filter, a static environment cannot be looked up),
 // so a partial listing never makes environments vanish.
 func (d *Discovery) Environments(ctx context.Context) ([]string, error) {
-	var all []string
-	props := make(map[string]platform.Property)
-	described := make(map[string]platform.Environment)
-	keep := func(env platform.Environment) {
-		if d.Filter == nil || d.Filter.Keep(env, props[env.PropertyID]) {
-			all = append(all, env.ID)
-			described[env.ID] = env
-		}
+	r := discoveryRun{
+		d:         d,
+		props:     make(map[string]platform.Property),
+		described: make(map[string]platform.Environment),
 	}
 	for _, id := range d.Static {
-		if d.Filter == nil {
-			all = append(all, id)
-			continue
+		if err := r.addStatic(ctx, id); err != nil {
+			return nil, err
 		}
-		if id == "" || !d.Shard.Owns(id) {
-			continue // not served whatever it is: spare the lookup
-		}
-		if d.Accounts == nil {
-			return nil, fmt.Errorf("look up environment %s: no accounts client", id)
-		}
-		env, err := d.Accounts.Environment(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("look up environment %s to filter it: %w", id, err)
-		}
-		if _, ok := props[env.PropertyID]; !ok && env.PropertyID != "" {
-			p, err := d.Accounts.Property(ctx, env.PropertyID)
-			if err != nil {
-				return nil, fmt.Errorf("look up property %s of environment %s to filter it: %w", env.PropertyID, id, err)
-			}
-			props[p.ID] = *p
-		}
-		env.ID = id
-		keep(*env)
 	}
 	for _, org := range d.Organizations {
-		if d.Accounts == nil {
-			return nil, fmt.Errorf("discover organization %s: no accounts client", org)
-		}
-		ps, err := d.Accounts.Properties(ctx, org)
-		if err != nil {
-			return nil, fmt.Errorf("list properties of organization %s: %w", org, err)
-		}
-		for _, p := range ps {
-			props[p.ID] = p
-			envs, err := d.Accounts.Environments(ctx, p.ID)
-			if err != nil {
-				return nil, fmt.Errorf("list environments of property %s (organization %s): %w", p.ID, org, err)
-			}
-			for _, env := range envs {
-				if env.PropertyID == "" {
-					env.PropertyID = p.ID
-				}
-				keep(env)
-			}
+		if err := r.addOrganization(ctx, org); err != nil {
+			return nil, err
 		}
 	}
-	out := all[:0]
-	for _, e := range all {
-		if e != "" && d.Shard.Owns(e) {
+	out := r.served()
+	if d.Catalog != nil {
+		d.Catalog.RecordDiscovery(slices.Clone(out), r.describe(out), r.props)
+	}
+	return out, nil
+}
+
+// discoveryRun is what one call of Discovery.Environments has learnt so far.
+type discoveryRun struct {
+	d *Discovery
+	// ids are the environments kept, in no order, possibly repeated and
+	// not yet sharded.
+	ids []string
+	// props are the properties listed or looked up, by ID.
+	props map[string]platform.Property
+	// described are the environments kept that the Accounts API
+	// described, by ID (the last description wins).
+	described map[string]platform.Environment
+}
+
+// keep adds env when the Filter keeps it (the Filter sees its property as
+// far as it is known).
+func (r *discoveryRun) keep(env platform.Environment) {
+	if r.d.Filter == nil || r.d.Filter.Keep(env, r.props[env.PropertyID]) {
+		r.ids = append(r.ids, env.ID)
+		r.described[env.ID] = env
+	}
+}
+
+// addStatic adds the static environment id: as it is without a Filter,
+// else looked up (with its property) for the Filter to judge, unless the
+// Shard does not own it anyway.
+func (r *discoveryRun) addStatic(ctx context.Context, id string) error {
+	d := r.d
+	if d.Filter == nil {
+		r.ids = append(r.ids, id)
+		return nil
+	}
+	if id == "" || !d.Shard.Owns(id) {
+		return nil // not served whatever it is: spare the lookup
+	}
+	if d.Accounts == nil {
+		return fmt.Errorf("look up environment %s: no accounts client", id)
+	}
+	env, err := d.Accounts.Environment(ctx, id)
+	if err != nil {
+		return fmt.Errorf("look up environment %s to filter it: %w", id, err)
+	}
+	if err := r.lookUpProperty(ctx, env.PropertyID, id); err != nil {
+		return err
+	}
+	env.ID = id
+	r.keep(*env)
+	return nil
+}
+
+// lookUpProperty adds the property id of the static environment envID to
+// props, unless it is known already or empty.
+func (r *discoveryRun) lookUpProperty(ctx context.Context, id, envID string) error {
+	if _, ok := r.props[id]; ok || id == "" {
+		return nil
+	}
+	p, err := r.d.Accounts.Property(ctx, id)
+	if err != nil {
+		return fmt.Errorf("look up property %s of environment %s to filter it: %w", id, envID, err)
+	}
+	r.props[p.ID] = *p
+	return nil
+}
+
+// addOrganization adds every environment of every property of org.
+func (r *discoveryRun) addOrganization(ctx context.Context, org string) error {
+	if r.d.Accounts == nil {
+		return fmt.Errorf("discover organization %s: no accounts client", org)
+	}
+	ps, err := r.d.Accounts.Properties(ctx, org)
+	if err != nil {
+		return fmt.Errorf("list properties of organization %s: %w", org, err)
+	}
+	for _, p := range ps {
+		if err := r.addProperty(ctx, org, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addProperty adds property p of organization org and every environment
+// of it.
+func (r *discoveryRun) addProperty(ctx context.Context, org string, p platform.Property) error {
+	r.props[p.ID] = p
+	envs, err := r.d.Accounts.Environments(ctx, p.ID)
+	if err != nil {
+		return fmt.Errorf("list environments of property %s (organization %s): %w", p.ID, org, err)
+	}
+	for _, env := range envs {
+		if env.PropertyID == "" {
+			env.PropertyID = p.ID
+		}
+		r.keep(env)
+	}
+	return nil
+}
+
+// served returns the environments kept that the Shard owns, sorted and
+// de-duplicated.
+func (r *discoveryRun) served() []string {
+	out := r.ids[:0]
+	for _, e := range r.ids {
+		if e != "" && r.d.Shard.Owns(e) {
 			out = append(out, e)
 		}
 	}
 	slices.Sort(out)
-	out = slices.Compact(out)
-	if d.Catalog != nil {
-		var envs []platform.Environment
-		for _, id := range out {
-			if env, ok := described[id]; ok {
-				envs = append(envs, env)
-			}
+	return slices.Compact(out)
+}
+
+// describe returns what the Accounts API said of the environments ids, of
+// those it described.
+func (r *discoveryRun) describe(ids []string) []platform.Environment {
+	var envs []platform.Environment
+	for _, id := range ids {
+		if env, ok := r.described[id]; ok {
+			envs = append(envs, env)
 		}
-		d.Catalog.RecordDiscovery(slices.Clone(out), envs, props)
 	}
-	return out, nil
+	return envs
 }

@@ -80,67 +80,54 @@ func (l *layout) reset() {
 // nothing reliable, for anything else (a nested value, an escaped key,
 // whitespace), which scanRecordSlow then reads.
 func scanRecord(rec []byte, want fieldSet, raw *rawFields, lay *layout) bool {
-	n := len(rec)
-	if n < 2 || rec[0] != '{' {
+	if len(rec) < 2 || rec[0] != '{' {
 		return false
 	}
 	if rec[1] == '}' {
 		return true
 	}
+	return scanMembers(rec, want, raw, lay)
+}
+
+// scanMembers is scanRecord for an object with members, from its first key
+// at rec[1]. The helpers it calls for every member are inlined (it runs
+// for every record received); the rare cases, a key not in the layout or
+// a string with escaped quotes, are calls.
+func scanMembers(rec []byte, want fieldSet, raw *rawFields, lay *layout) bool {
 	var found fieldSet
 	for i, j := 1, 0; ; j++ {
-		if i >= n || rec[i] != '"' {
-			return false
-		}
 		ke, f := expectedKey(rec, i, j, lay)
 		if ke < 0 {
-			if ke, f = learnKey(rec, i, j, lay); ke < 0 {
-				return false
-			}
+			ke, f = learnKey(rec, i, j, lay)
 		}
-		vs := ke + 2
-		if vs >= n || rec[ke+1] != ':' {
+		vs := valueStart(rec, ke)
+		if vs < 0 {
 			return false
 		}
 		var ve int
 		if rec[vs] == '"' {
 			// A string (the common value): its end is the first quote
-			// not escaped, i.e. not after an odd run of backslashes.
-			q := vs + 1
-			for {
-				if q = nextQuote(rec, q); q < 0 {
-					return false
-				}
-				k := q
-				for rec[k-1] == '\\' { // stops at the opening quote
-					k--
-				}
-				if (q-k)%2 == 0 {
-					break
-				}
-				q++
+			// not escaped.
+			ve = nextQuote(rec, vs+1) + 1 // 0: not closed
+			if ve > 0 && rec[ve-2] == '\\' {
+				ve = escapedStringEnd(rec, ve-1)
 			}
-			ve = q + 1
-		} else if ve = scalarEnd(rec, vs); ve < 0 {
+		} else {
+			ve = scalarEnd(rec, vs)
+		}
+		if ve <= 0 || ve >= len(rec) {
 			return false
 		}
-		if ve >= n {
-			return false
-		}
-		if f >= 0 && want.has(field(f)) && !found.has(field(f)) {
+		if f >= 0 && (want &^ found).has(field(f)) {
 			raw[f] = rec[vs:ve]
 			if found |= 1 << f; found == want {
 				return true
 			}
 		}
-		switch rec[ve] {
-		case ',':
-			i = ve + 1
-		case '}':
-			return true
-		default:
-			return false
+		if rec[ve] != ',' {
+			return rec[ve] == '}'
 		}
+		i = ve + 1
 	}
 }
 
@@ -152,16 +139,19 @@ func expectedKey(rec []byte, i, j int, lay *layout) (int, int8) {
 	}
 	k := lay.keys[j]
 	e := i + 1 + len(k)
-	if e >= len(rec) || rec[e] != '"' || string(rec[i+1:e]) != string(k) {
+	if e >= len(rec) || rec[i] != '"' || rec[e] != '"' || string(rec[i+1:e]) != string(k) {
 		return -1, -1
 	}
 	return e, lay.fields[j]
 }
 
 // learnKey reads the key at rec[i], makes it the j-th of the layout (the
-// keys after it are learnt again) and returns its end and field; -1 for a
-// key with escapes.
+// keys after it are learnt again) and returns its end and field; -1 for
+// no key there or a key with escapes.
 func learnKey(rec []byte, i, j int, lay *layout) (int, int8) {
+	if i >= len(rec) || rec[i] != '"' {
+		return -1, -1
+	}
 	q := nextQuote(rec, i+1)
 	if q < 0 || bytes.IndexByte(rec[i+1:q], '\\') >= 0 {
 		return -1, -1
@@ -173,6 +163,33 @@ func learnKey(rec []byte, i, j int, lay *layout) (int, int8) {
 	lay.keys = append(lay.keys[:j], rec[i+1:q])
 	lay.fields = append(lay.fields[:j], f)
 	return q, f
+}
+
+// valueStart returns the index of the value after the key ending at rec[ke]
+// and its ':', or -1 when there is no key (ke is -1), no ':' or no value.
+func valueStart(rec []byte, ke int) int {
+	if ke < 0 || ke+2 >= len(rec) || rec[ke+1] != ':' {
+		return -1
+	}
+	return ke + 2
+}
+
+// escapedStringEnd returns the index after the string holding the quote
+// rec[q] that follows a backslash, or -1 when it is not closed. The string's
+// end is the first quote not after an odd run of backslashes.
+func escapedStringEnd(rec []byte, q int) int {
+	for {
+		k := q
+		for rec[k-1] == '\\' { // stops at the opening quote
+			k--
+		}
+		if (q-k)%2 == 0 {
+			return q + 1
+		}
+		if q = nextQuote(rec, q+1); q < 0 {
+			return -1
+		}
+	}
 }
 
 // scalarEnd returns the index after the number, true, false or null

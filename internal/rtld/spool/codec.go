@@ -56,6 +56,12 @@ var (
 	errDamaged = errors.New("entry fails its checksum")
 )
 
+// isDamage reports whether err says the bytes read are not a whole, valid
+// entry (errShort or errDamaged).
+func isDamage(err error) bool {
+	return errors.Is(err, errShort) || errors.Is(err, errDamaged)
+}
+
 // frame is one decoded entry.
 type frame struct {
 	index uint64

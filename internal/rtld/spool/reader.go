@@ -208,13 +208,8 @@ func (r *Reader) Rewind() { r.read = r.Committed() }
 // already out), skipping the known damaged spans and quarantining damage
 // it finds.
 func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBytes, keep int64, haveSome bool) ([]Entry, error) {
-	if r.file == nil || r.fileSeg != seg.first {
-		r.closeFile()
-		f, err := os.Open(seg.path)
-		if err != nil {
-			return nil, fmt.Errorf("opening spool segment: %w", err)
-		}
-		r.file, r.fileSeg = f, seg.first
+	if err := r.openSegment(seg); err != nil {
+		return nil, err
 	}
 	sf := segmentFile{r: r.file, version: seg.version, start: seg.start()}
 	var out []Entry
@@ -224,28 +219,16 @@ func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBy
 			r.read.Offset = to
 			continue
 		}
-		if haveSome || len(out) > 0 {
-			// Stop before an entry that would pass maxBytes: a group of
-			// big entries must not grow past it by a whole entry.
-			if n, ok := sf.payloadLen(r.read.Offset); ok {
-				if keep > 0 {
-					n = min(n, keep)
-				}
-				if total+n > maxBytes {
-					break
-				}
-			}
+		// Stop before an entry that would pass maxBytes: a group of big
+		// entries must not grow past it by a whole entry.
+		if (haveSome || len(out) > 0) && nextPasses(&sf, r.read.Offset, keep, total, maxBytes) {
+			break
 		}
-		o := readOpts{alloc: true, keep: keep, pieces: &r.pieces}
-		fr, err := sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)
-		if errors.Is(err, errShort) || errors.Is(err, errDamaged) {
-			// Damage found while reading: read once more (a transient
-			// read error looks the same), then skip it like recovery.
-			fr, err = sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)
-			if errors.Is(err, errShort) || errors.Is(err, errDamaged) {
-				r.skipDamage(sf, seg)
-				continue
-			}
+		fr, err := r.readFrameTwice(&sf, seg, readOpts{alloc: true, keep: keep, pieces: &r.pieces})
+		if isDamage(err) {
+			// Damage found twice: quarantine and skip it like recovery.
+			r.skipDamage(sf, seg)
+			continue
 		}
 		if err != nil {
 			return out, fmt.Errorf("reading spool entry %d of %s: %w", r.read.Index, filepath.Base(seg.path), err)
@@ -255,6 +238,44 @@ func (r *Reader) readSegment(seg *segment, damaged []span, maxEntries int, maxBy
 		total += int64(len(fr.data))
 	}
 	return out, nil
+}
+
+// openSegment makes r.file the file of seg, unless it is already.
+func (r *Reader) openSegment(seg *segment) error {
+	if r.file != nil && r.fileSeg == seg.first {
+		return nil
+	}
+	r.closeFile()
+	f, err := os.Open(seg.path)
+	if err != nil {
+		return fmt.Errorf("opening spool segment: %w", err)
+	}
+	r.file, r.fileSeg = f, seg.first
+	return nil
+}
+
+// nextPasses reports whether the entry at off, of which keep bytes are
+// read (all when keep is 0), would take total past maxBytes. An entry whose
+// length cannot be read does not: reading it finds the damage.
+func nextPasses(sf *segmentFile, off, keep, total, maxBytes int64) bool {
+	n, ok := sf.payloadLen(off)
+	if !ok {
+		return false
+	}
+	if keep > 0 {
+		n = min(n, keep)
+	}
+	return total+n > maxBytes
+}
+
+// readFrameTwice reads the entry of seg at r.read, and once more when the
+// first read finds damage: a transient read error looks the same.
+func (r *Reader) readFrameTwice(sf *segmentFile, seg *segment, o readOpts) (frame, error) {
+	fr, err := sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)
+	if isDamage(err) {
+		fr, err = sf.readFrame(r.read.Offset, seg.size, r.read.Index, o)
+	}
+	return fr, err
 }
 
 // skip returns the end of the known damaged span starting at off.

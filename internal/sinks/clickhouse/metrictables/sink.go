@@ -836,94 +836,132 @@ func mergeBlocks(bs []*block) *block {
 // because a NUMBER or DATE dimension value did not parse.
 func newBlock(b *schedule.Batch, version uint64) (*block, int) {
 	cols := MetricsColumns(b.Dataset, nonNil(b.Labels), nonNil(b.Metrics))
-	n := len(b.Updates)
 	blk := &block{dataset: b.Dataset.Name, table: TableName(b.Dataset), ds: b.Dataset, cols: cols, data: make([]colData, len(cols)), versions: []uint64{version}}
 	for i, c := range cols {
-		d := &blk.data[i]
-		d.kind = c.Kind
-		switch c.Kind {
-		case KindString:
-			d.s = make([]string, 0, n)
-		case KindInt:
-			d.i = make([]int64, 0, n)
-		case KindDateTime:
-			d.t = make([]time.Time, 0, n)
-		case KindUInt64:
-			d.u = make([]uint64, 0, n)
-		case KindFloat64:
-			d.f = make([]float64, 0, n)
-		}
+		blk.data[i] = newColData(c.Kind, len(b.Updates))
 	}
-	nl, nm := len(b.Labels), len(b.Metrics)
+	labels := newLabelValues(cols[3 : 3+len(b.Labels)])
 	invalid := 0
-	// Parse labels first so a bad row is skipped whole.
-	ints := make([]int64, nl)
-	times := make([]time.Time, nl)
 	for ui := range b.Updates {
 		r := &b.Updates[ui].Row
-		ok := true
-		for li := 0; li < nl; li++ {
-			v := ""
-			if li < len(r.Labels) {
-				v = r.Labels[li]
-			}
-			var err error
-			switch cols[3+li].Kind {
-			case KindInt:
-				ints[li], err = parseInt(v)
-			case KindDateTime:
-				times[li], err = parseTime(v)
-			}
-			if err != nil {
-				ok = false
-				break
-			}
-		}
-		if !ok {
+		// Parse labels first so a bad row is skipped whole.
+		if !labels.parse(r) {
 			invalid++
 			continue
 		}
-		t := r.Time.UTC()
-		if blk.rows == 0 || t.Before(blk.minTime) {
-			blk.minTime = t
-		}
-		if t.After(blk.maxTime) {
-			blk.maxTime = t
-		}
-		blk.data[0].t = append(blk.data[0].t, t)
-		blk.data[1].s = append(blk.data[1].s, string(b.Granularity))
-		blk.data[2].s = append(blk.data[2].s, r.Environment)
-		for li := 0; li < nl; li++ {
-			d := &blk.data[3+li]
-			switch d.kind {
-			case KindInt:
-				d.i = append(d.i, ints[li])
-			case KindDateTime:
-				d.t = append(d.t, times[li])
-			default:
-				v := ""
-				if li < len(r.Labels) {
-					v = r.Labels[li]
-				}
-				d.s = append(d.s, strings.Clone(v))
-			}
-		}
-		for mi := 0; mi < nm; mi++ {
-			v := math.NaN()
-			if mi < len(r.Values) {
-				v = r.Values[mi]
-			}
-			d := &blk.data[3+nl+mi]
-			if d.kind == KindUInt64 {
-				d.u = append(d.u, countValue(v))
-			} else {
-				d.f = append(d.f, v)
-			}
-		}
-		blk.data[3+nl+nm].u = append(blk.data[3+nl+nm].u, version)
-		blk.rows++
+		blk.appendRow(b, r, labels, version)
 	}
 	return blk, invalid
+}
+
+// newColData returns an empty column of kind with room for n values.
+func newColData(kind ColumnKind, n int) colData {
+	d := colData{kind: kind}
+	switch kind {
+	case KindString:
+		d.s = make([]string, 0, n)
+	case KindInt:
+		d.i = make([]int64, 0, n)
+	case KindDateTime:
+		d.t = make([]time.Time, 0, n)
+	case KindUInt64:
+		d.u = make([]uint64, 0, n)
+	case KindFloat64:
+		d.f = make([]float64, 0, n)
+	}
+	return d
+}
+
+// labelValues holds the parsed values of a row's NUMBER and DATE labels,
+// by label index.
+type labelValues struct {
+	cols  []Column // the label columns
+	ints  []int64
+	times []time.Time
+}
+
+// newLabelValues returns the parsed values of the label columns cols.
+func newLabelValues(cols []Column) *labelValues {
+	return &labelValues{cols: cols, ints: make([]int64, len(cols)), times: make([]time.Time, len(cols))}
+}
+
+// parse parses the NUMBER and DATE labels of r and reports whether they
+// all parsed.
+func (l *labelValues) parse(r *metricsapi.Row) bool {
+	for li, c := range l.cols {
+		var err error
+		switch c.Kind {
+		case KindInt:
+			l.ints[li], err = parseInt(rowLabel(r, li))
+		case KindDateTime:
+			l.times[li], err = parseTime(rowLabel(r, li))
+		}
+		if err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// rowLabel returns label li of r, or "" when r has fewer.
+func rowLabel(r *metricsapi.Row, li int) string {
+	if li < len(r.Labels) {
+		return r.Labels[li]
+	}
+	return ""
+}
+
+// appendRow appends row r of batch, whose labels are parsed in labels, to
+// the block.
+func (b *block) appendRow(batch *schedule.Batch, r *metricsapi.Row, labels *labelValues, version uint64) {
+	nl, nm := len(batch.Labels), len(batch.Metrics)
+	t := r.Time.UTC()
+	if b.rows == 0 || t.Before(b.minTime) {
+		b.minTime = t
+	}
+	if t.After(b.maxTime) {
+		b.maxTime = t
+	}
+	b.data[0].t = append(b.data[0].t, t)
+	b.data[1].s = append(b.data[1].s, string(batch.Granularity))
+	b.data[2].s = append(b.data[2].s, r.Environment)
+	appendLabels(b.data[3:3+nl], r, labels)
+	appendValues(b.data[3+nl:3+nl+nm], r)
+	b.data[3+nl+nm].u = append(b.data[3+nl+nm].u, version)
+	b.rows++
+}
+
+// appendLabels appends the labels of r to their columns data, the parsed
+// value of a NUMBER or DATE label, a copy of any other.
+func appendLabels(data []colData, r *metricsapi.Row, labels *labelValues) {
+	for li := range data {
+		d := &data[li]
+		switch d.kind {
+		case KindInt:
+			d.i = append(d.i, labels.ints[li])
+		case KindDateTime:
+			d.t = append(d.t, labels.times[li])
+		default:
+			d.s = append(d.s, strings.Clone(rowLabel(r, li)))
+		}
+	}
+}
+
+// appendValues appends the metric values of r to their columns data, a
+// missing value as null (NaN), counts as UInt64.
+func appendValues(data []colData, r *metricsapi.Row) {
+	for mi := range data {
+		v := math.NaN()
+		if mi < len(r.Values) {
+			v = r.Values[mi]
+		}
+		d := &data[mi]
+		if d.kind == KindUInt64 {
+			d.u = append(d.u, countValue(v))
+		} else {
+			d.f = append(d.f, v)
+		}
+	}
 }
 
 // nonNil turns nil into an empty slice, so MetricsColumns does not fill in
