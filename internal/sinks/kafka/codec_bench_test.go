@@ -101,7 +101,7 @@ func writeRecords(out *bytes.Buffer, codec kafkago.CompressionCodec, msgs []kafk
 		_, _ = w.Write(p)
 	}
 	for i, m := range msgs {
-		varint(int64(messageBytes(&m) - recordBatchOverhead))
+		varint(messageBytes(&m) - recordBatchOverhead)
 		_, _ = w.Write([]byte{0})
 		varint(0)
 		varint(int64(i))
