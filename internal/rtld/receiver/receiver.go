@@ -109,7 +109,7 @@ const (
 // bodies in flight (Ingest.MaxMemoryBytes) plus what the configured sinks
 // hold plus the rest, so that the collector keeps the heap near what the
 // settings let the receiver hold instead of letting it grow to twice what
-// is live (512 MiB with both sinks and the default settings).
+// is live (416 MiB with both sinks and the default settings).
 func (c Config) MemoryLimit() int64 {
 	n := c.Ingest.WithDefaults().MaxMemoryBytes + baseMemory
 	if c.Kafka != nil {
@@ -123,7 +123,7 @@ func (c Config) MemoryLimit() int64 {
 
 // clickhouseGroupBytes is the most the ClickHouse sink's worker reads for
 // one INSERT.
-const clickhouseGroupBytes = 32 << 20
+const clickhouseGroupBytes = 16 << 20
 
 // Receiver is the assembled receiver. Create it with New, serve Handler,
 // and call Run once; Run closes everything when its context ends.
@@ -555,7 +555,9 @@ func (r *Receiver) Run(ctx context.Context) error {
 			IngestBusy: r.ingestBusy()}
 		if name == SinkClickHouse {
 			// ClickHouse wants few large INSERTs (each one is a part to
-			// merge): up to 32 MiB of JSON (~16k records of 2 KB) at once.
+			// merge): up to 16 MiB of JSON (~8k records of 2 KB) at once
+			// (32 MiB cost 130 MiB more peak RSS for 7 % less of
+			// clickhouse-server's CPU per record).
 			w.MaxBatches, w.MaxBytes = 1024, clickhouseGroupBytes
 		}
 		start(name+" worker", w.Run)
