@@ -42,17 +42,9 @@ func EachMember(obj []byte, fn func(key []byte, escaped bool, value []byte)) err
 			return errScan
 		}
 		fn(key, esc, obj[i:ve])
-		i = skipSpace(obj, ve)
-		if i >= len(obj) {
-			return errScan
-		}
-		switch obj[i] {
-		case ',':
-			i = skipSpace(obj, i+1)
-		case '}':
-			return nil
-		default:
-			return errScan
+		var more bool
+		if i, more = afterValue(obj, ve, '}'); !more {
+			return scanResult(i)
 		}
 	}
 }
@@ -74,17 +66,9 @@ func EachElement(arr []byte, fn func(value []byte)) error {
 			return errScan
 		}
 		fn(arr[i:ve])
-		i = skipSpace(arr, ve)
-		if i >= len(arr) {
-			return errScan
-		}
-		switch arr[i] {
-		case ',':
-			i = skipSpace(arr, i+1)
-		case ']':
-			return nil
-		default:
-			return errScan
+		var more bool
+		if i, more = afterValue(arr, ve, ']'); !more {
+			return scanResult(i)
 		}
 	}
 }
@@ -101,6 +85,32 @@ func UnescapeKey(key []byte, escaped bool) string {
 		return string(key)
 	}
 	return s
+}
+
+// scanResult is the error of a container scan that ended at index i
+// (afterValue's -1: invalid).
+func scanResult(i int) error {
+	if i < 0 {
+		return errScan
+	}
+	return nil
+}
+
+// afterValue reads what follows a member or element of a container that
+// ends at index e: the index of the next one and true after a comma, the
+// index after the container and false when end (its closing bracket)
+// ends it, or -1.
+func afterValue(b []byte, e int, end byte) (int, bool) {
+	i := skipSpace(b, e)
+	switch {
+	case i >= len(b):
+		return -1, false
+	case b[i] == ',':
+		return skipSpace(b, i+1), true
+	case b[i] == end:
+		return i + 1, false
+	}
+	return -1, false
 }
 
 func skipSpace(b []byte, i int) int {

@@ -266,17 +266,9 @@ func scanElements(b []byte, i, depth int, fn func(v []byte)) int {
 			return -1
 		}
 		fn(b[i:e])
-		i = skipSpace(b, e)
-		if i >= len(b) {
-			return -1
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case ']':
-			return i + 1
-		default:
-			return -1
+		var more bool
+		if i, more = afterValue(b, e, ']'); !more {
+			return i
 		}
 	}
 }
@@ -308,17 +300,9 @@ func scanMembers(b []byte, i int, fn func(key []byte, escaped bool, v int) int) 
 		if e < 0 {
 			return -1
 		}
-		i = skipSpace(b, e)
-		if i >= len(b) {
-			return -1
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return i + 1
-		default:
-			return -1
+		var more bool
+		if i, more = afterValue(b, e, '}'); !more {
+			return i
 		}
 	}
 }

@@ -51,13 +51,19 @@ type benchLoad struct {
 
 func makeLoad(b *testing.B, n int) benchLoad {
 	b.Helper()
-	r := rand.New(rand.NewPCG(1, 2))
+	return generateLoad(b, rand.New(rand.NewPCG(1, 2)), "agent", n, benchRecords)
+}
+
+// generateLoad returns n gzip batches of perBatch records each, from 16
+// agents named prefix-0 to prefix-15, drawn from r.
+func generateLoad(b *testing.B, r *rand.Rand, prefix string, n, perBatch int) benchLoad {
+	b.Helper()
 	var l benchLoad
 	var buf bytes.Buffer
 	for i := 0; i < n; i++ {
 		buf.Reset()
-		fmt.Fprintf(&buf, `{"account_number":"ACME","agent_id":"agent-%d","datestamp":"20261123","platform":"delivery","profile_id":1,"seq_num":%d,"logs":[`, i%16, i/16)
-		writeRecords(&buf, r, benchRecords, i)
+		fmt.Fprintf(&buf, `{"account_number":"ACME","agent_id":"%s-%d","datestamp":"20261123","platform":"delivery","profile_id":1,"seq_num":%d,"logs":[`, prefix, i%16, i/16)
+		writeRecords(&buf, r, perBatch, i)
 		buf.WriteString("]}")
 		l.decoded += int64(buf.Len())
 		var z bytes.Buffer
@@ -69,7 +75,7 @@ func makeLoad(b *testing.B, n int) benchLoad {
 			b.Fatal(err)
 		}
 		l.bodies = append(l.bodies, z.Bytes())
-		l.records += benchRecords
+		l.records += perBatch
 		l.wire += int64(z.Len())
 	}
 	return l
@@ -363,27 +369,7 @@ func BenchmarkIngestHTTPS(b *testing.B) {
 func BenchmarkIngestBigBatches(b *testing.B) {
 	const records = 14_000 // of about 2 KB
 	cert := newTestCert(b)
-	r := rand.New(rand.NewPCG(3, 4))
-	var l benchLoad
-	var buf bytes.Buffer
-	for i := 0; i < b.N; i++ {
-		buf.Reset()
-		fmt.Fprintf(&buf, `{"account_number":"ACME","agent_id":"big-%d","datestamp":"20261123","platform":"delivery","profile_id":1,"seq_num":%d,"logs":[`, i%16, i/16)
-		writeRecords(&buf, r, records, i)
-		buf.WriteString("]}")
-		var z bytes.Buffer
-		w := kgzip.NewWriter(&z)
-		if _, err := w.Write(buf.Bytes()); err != nil {
-			b.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			b.Fatal(err)
-		}
-		l.bodies = append(l.bodies, z.Bytes())
-		l.records += records
-		l.decoded += int64(buf.Len())
-		l.wire += int64(z.Len())
-	}
+	l := generateLoad(b, rand.New(rand.NewPCG(3, 4)), "big", b.N, records)
 	b.Logf("%d batches of %.1f MB (%.1f MB gzipped)", b.N, float64(l.decoded)/float64(b.N)/1e6, float64(l.wire)/float64(b.N)/1e6)
 	rcv := startBenchReceiver(b, cert, true)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, TLSClientConfig: &tls.Config{RootCAs: cert.pool}}}
